@@ -6,3 +6,5 @@
 
 pub mod cmd;
 pub mod exit;
+pub mod gui;
+pub mod pipeline;

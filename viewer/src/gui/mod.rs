@@ -1,0 +1,4 @@
+//! The egui viewer. One panel, one module; the UI thread only draws what the pipeline
+//! (ingest, rewind and NVML threads) has published.
+
+pub mod raster;

@@ -1,0 +1,2 @@
+//! Sources of records (trace files, live rings, imported snapshots) feeding one model per
+//! run, on named background threads; the viewer only reads what they publish.
