@@ -5,3 +5,5 @@
 //! allocation-free, lock-free code (`format`, `ring`, `live`).
 
 pub mod format;
+#[cfg(feature = "consumer")]
+pub mod torch;

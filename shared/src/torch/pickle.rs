@@ -1,0 +1,1070 @@
+//! A safe, streaming pickle reader (protocols 0–5) that builds plain values only.
+//!
+//! PyTorch's `torch.cuda.memory._dump_snapshot()` pickles a dict of builtins. Loading such a
+//! file with Python's `pickle.load` would run any code a hostile file names, so this reader
+//! is a pickle *VM without objects*: it knows `None`, `bool`, `int` (any size), `float`,
+//! `str`, `bytes`, `list`, `tuple`, `dict`, `set` and `frozenset`, and it refuses every
+//! opcode that imports or calls something (`GLOBAL`, `STACK_GLOBAL`, `REDUCE`, `BUILD`,
+//! `INST`, `OBJ`, `NEWOBJ`, `NEWOBJ_EX`, `EXT1/2/4`, `PERSID`, `BINPERSID`, out-of-band
+//! buffers) with an error that names the global when there is one.
+//!
+//! Values live in a [`Pickle`] arena and are addressed by 4-byte [`Handle`]s, so a decoded
+//! file costs roughly as much memory as its bytes: small ints, `None` and booleans are
+//! stored in the handle itself, strings are interned (snapshots repeat file names in every
+//! stack frame), and the memo stores handles, so objects the pickle shares stay shared
+//! (and mutable containers referenced through the memo see later appends, as in Python).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::{BufRead, ErrorKind};
+use std::sync::Arc;
+
+/// A reference to one value of a [`Pickle`]. Copy it freely; read it with [`Pickle::view`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Handle(u32);
+
+const TAG_SHIFT: u32 = 28;
+const PAYLOAD: u32 = (1 << TAG_SHIFT) - 1;
+const T_NONE: u32 = 0;
+const T_FALSE: u32 = 1;
+const T_TRUE: u32 = 2;
+const T_SMALL: u32 = 3;
+const T_INT: u32 = 4;
+const T_BIG: u32 = 5;
+const T_FLOAT: u32 = 6;
+const T_STR: u32 = 7;
+const T_BYTES: u32 = 8;
+const T_LIST: u32 = 9;
+const T_TUPLE: u32 = 10;
+const T_DICT: u32 = 11;
+const T_SET: u32 = 12;
+const T_FROZENSET: u32 = 13;
+const SMALL_MIN: i128 = -(1 << (TAG_SHIFT - 1));
+const SMALL_MAX: i128 = (1 << (TAG_SHIFT - 1)) - 1;
+
+impl Handle {
+    const NONE: Handle = Handle(T_NONE << TAG_SHIFT);
+    fn new(tag: u32, payload: u32) -> Handle {
+        Handle((tag << TAG_SHIFT) | payload)
+    }
+    fn tag(self) -> u32 {
+        self.0 >> TAG_SHIFT
+    }
+    fn index(self) -> usize {
+        (self.0 & PAYLOAD) as usize
+    }
+}
+
+impl fmt::Debug for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Handle({}:{})", self.tag(), self.index())
+    }
+}
+
+/// An integer wider than 128 bits, as pickle stores it: little-endian two's complement.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BigInt {
+    /// The little-endian two's-complement bytes (at least 17 of them).
+    pub le_bytes: Box<[u8]>,
+}
+
+impl BigInt {
+    /// Whether the number is negative.
+    pub fn is_negative(&self) -> bool {
+        self.le_bytes.last().is_some_and(|b| b & 0x80 != 0)
+    }
+}
+
+/// A borrowed view of one value.
+#[derive(Clone, Copy, Debug)]
+pub enum Val<'a> {
+    /// `None`.
+    None,
+    /// `True` / `False`.
+    Bool(bool),
+    /// Any int that fits in 128 bits.
+    Int(i128),
+    /// An int wider than 128 bits.
+    BigInt(&'a BigInt),
+    /// A float.
+    Float(f64),
+    /// A `str`.
+    Str(&'a str),
+    /// `bytes` or `bytearray`.
+    Bytes(&'a [u8]),
+    /// A list.
+    List(&'a [Handle]),
+    /// A tuple.
+    Tuple(&'a [Handle]),
+    /// A dict as a flat `[k0, v0, k1, v1, …]` sequence, in insertion order.
+    Dict(&'a [Handle]),
+    /// A set.
+    Set(&'a [Handle]),
+    /// A frozenset.
+    FrozenSet(&'a [Handle]),
+}
+
+impl Val<'_> {
+    /// A short Python type name for messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Val::None => "None",
+            Val::Bool(_) => "bool",
+            Val::Int(_) | Val::BigInt(_) => "int",
+            Val::Float(_) => "float",
+            Val::Str(_) => "str",
+            Val::Bytes(_) => "bytes",
+            Val::List(_) => "list",
+            Val::Tuple(_) => "tuple",
+            Val::Dict(_) => "dict",
+            Val::Set(_) => "set",
+            Val::FrozenSet(_) => "frozenset",
+        }
+    }
+}
+
+/// A decoded pickle: an arena of values and the root value.
+#[derive(Clone, Debug, Default)]
+pub struct Pickle {
+    root: Option<Handle>,
+    ints: Vec<i128>,
+    bigs: Vec<BigInt>,
+    floats: Vec<f64>,
+    strs: Vec<Arc<str>>,
+    bytes: Vec<Box<[u8]>>,
+    containers: Vec<Vec<Handle>>,
+    /// The protocol named by the `PROTO` opcode (0 when absent).
+    pub protocol: u8,
+}
+
+impl Pickle {
+    /// The value the pickle's `STOP` returned.
+    pub fn root(&self) -> Handle {
+        self.root.unwrap_or(Handle::NONE)
+    }
+
+    /// A view of `h`.
+    pub fn view(&self, h: Handle) -> Val<'_> {
+        let i = h.index();
+        match h.tag() {
+            T_FALSE => Val::Bool(false),
+            T_TRUE => Val::Bool(true),
+            T_SMALL => Val::Int((((h.0 << (32 - TAG_SHIFT)) as i32) >> (32 - TAG_SHIFT)) as i128),
+            T_INT => Val::Int(self.ints[i]),
+            T_BIG => Val::BigInt(&self.bigs[i]),
+            T_FLOAT => Val::Float(self.floats[i]),
+            T_STR => Val::Str(&self.strs[i]),
+            T_BYTES => Val::Bytes(&self.bytes[i]),
+            T_LIST => Val::List(&self.containers[i]),
+            T_TUPLE => Val::Tuple(&self.containers[i]),
+            T_DICT => Val::Dict(&self.containers[i]),
+            T_SET => Val::Set(&self.containers[i]),
+            T_FROZENSET => Val::FrozenSet(&self.containers[i]),
+            _ => Val::None,
+        }
+    }
+
+    /// The value of `key` in dict `h` (the last one when the pickle set it twice).
+    pub fn get(&self, h: Handle, key: &str) -> Option<Handle> {
+        match self.view(h) {
+            Val::Dict(items) => items
+                .chunks_exact(2)
+                .rev()
+                .find(|kv| matches!(self.view(kv[0]), Val::Str(k) if k == key))
+                .map(|kv| kv[1]),
+            _ => None,
+        }
+    }
+
+    /// Whether `h` is a dict.
+    pub fn is_dict(&self, h: Handle) -> bool {
+        h.tag() == T_DICT
+    }
+
+    /// The `(key, value)` pairs of dict `h` (empty for other values).
+    pub fn items(&self, h: Handle) -> impl Iterator<Item = (Handle, Handle)> + '_ {
+        let items: &[Handle] = match self.view(h) {
+            Val::Dict(items) => items,
+            _ => &[],
+        };
+        items.chunks_exact(2).map(|kv| (kv[0], kv[1]))
+    }
+
+    /// The elements of a list or tuple.
+    pub fn seq(&self, h: Handle) -> Option<&[Handle]> {
+        match self.view(h) {
+            Val::List(v) | Val::Tuple(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// `h` as text.
+    pub fn str(&self, h: Handle) -> Option<&str> {
+        match self.view(h) {
+            Val::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// `h` as the shared string (cheap to keep).
+    pub fn arc_str(&self, h: Handle) -> Option<Arc<str>> {
+        (h.tag() == T_STR).then(|| self.strs[h.index()].clone())
+    }
+
+    /// `h` as an integer (`bool` counts, as in Python).
+    pub fn int(&self, h: Handle) -> Option<i128> {
+        match self.view(h) {
+            Val::Int(v) => Some(v),
+            Val::Bool(b) => Some(b as i128),
+            _ => None,
+        }
+    }
+
+    /// `h` as a float (ints convert).
+    pub fn float(&self, h: Handle) -> Option<f64> {
+        match self.view(h) {
+            Val::Float(v) => Some(v),
+            Val::Int(v) => Some(v as f64),
+            Val::Bool(b) => Some(b as u8 as f64),
+            _ => None,
+        }
+    }
+
+    /// `h` as a bool (only `True`/`False`).
+    pub fn bool(&self, h: Handle) -> Option<bool> {
+        match self.view(h) {
+            Val::Bool(b) => Some(b),
+            _ => None,
+        }
+    }
+
+    /// Number of distinct interned strings.
+    pub fn string_count(&self) -> usize {
+        self.strs.len()
+    }
+}
+
+/// Why a pickle was refused.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PickleError {
+    /// The pickle wants to import or call something.
+    Code {
+        /// The opcode's name.
+        opcode: &'static str,
+        /// `module.name` when the pickle named one.
+        global: Option<String>,
+        /// Byte offset of the opcode.
+        offset: u64,
+    },
+    /// The input ended early.
+    Truncated {
+        /// Byte offset where more input was needed.
+        offset: u64,
+        /// What was being read.
+        what: &'static str,
+    },
+    /// A byte that is not a pickle opcode.
+    BadOpcode {
+        /// The byte.
+        byte: u8,
+        /// Its offset.
+        offset: u64,
+    },
+    /// A well-formed opcode used in a way pickle does not allow.
+    Malformed {
+        /// What is wrong.
+        msg: String,
+        /// Byte offset of the opcode.
+        offset: u64,
+    },
+    /// Reading the input failed.
+    Io(String),
+}
+
+impl fmt::Display for PickleError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PickleError::Code { opcode, global: Some(g), offset } => write!(
+                f,
+                "pickle names a global '{g}' ({opcode} at byte {offset}); fragprobe never executes pickles — this is not a memory snapshot"
+            ),
+            PickleError::Code { opcode, global: None, offset } => write!(
+                f,
+                "pickle uses {opcode} at byte {offset}, which builds or calls objects; fragprobe never executes pickles — this is not a memory snapshot"
+            ),
+            PickleError::Truncated { offset, what } => write!(
+                f,
+                "pickle is truncated at byte {offset} (while reading {what}); the file is incomplete — copy it again"
+            ),
+            PickleError::BadOpcode { byte, offset } => write!(
+                f,
+                "byte {offset} holds {byte:#04x}, which is not a pickle opcode; this is not a pickle (or it is corrupt)"
+            ),
+            PickleError::Malformed { msg, offset } => {
+                write!(f, "malformed pickle at byte {offset}: {msg}")
+            }
+            PickleError::Io(e) => write!(f, "cannot read the pickle: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for PickleError {}
+
+/// Limits that keep a hostile pickle from exhausting memory.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// Longest single string/bytes value accepted.
+    pub max_string: u64,
+    /// Longest text line (protocol 0 opcodes).
+    pub max_line: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_string: 1 << 32, max_line: 1 << 20 }
+    }
+}
+
+/// Reads one pickle from `r` (stops after `STOP`; trailing bytes are left unread).
+pub fn read_pickle<R: BufRead>(r: R) -> Result<Pickle, PickleError> {
+    read_pickle_with(r, Limits::default())
+}
+
+/// Reads one pickle from a byte slice.
+pub fn read_pickle_bytes(b: &[u8]) -> Result<Pickle, PickleError> {
+    read_pickle(b)
+}
+
+/// [`read_pickle`] with explicit [`Limits`].
+pub fn read_pickle_with<R: BufRead>(r: R, limits: Limits) -> Result<Pickle, PickleError> {
+    let mut vm = Vm {
+        input: Input { r, pos: 0 },
+        out: Pickle::default(),
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: Vec::new(),
+        memo_sparse: HashMap::new(),
+        memo_count: 0,
+        interned: HashMap::new(),
+        scratch: Vec::new(),
+        limits,
+        op_at: 0,
+    };
+    vm.run()?;
+    let mut out = vm.out;
+    for c in &mut out.containers {
+        c.shrink_to_fit();
+    }
+    Ok(out)
+}
+
+struct Input<R> {
+    r: R,
+    pos: u64,
+}
+
+impl<R: BufRead> Input<R> {
+    fn byte(&mut self, what: &'static str) -> Result<u8, PickleError> {
+        loop {
+            match self.r.fill_buf() {
+                Ok([]) => return Err(PickleError::Truncated { offset: self.pos, what }),
+                Ok(buf) => {
+                    let b = buf[0];
+                    self.r.consume(1);
+                    self.pos += 1;
+                    return Ok(b);
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(PickleError::Io(e.to_string())),
+            }
+        }
+    }
+
+    /// Reads exactly `n` bytes into `out` (cleared first), growing it as data arrives so a
+    /// lying length cannot make us allocate memory the input does not back.
+    fn exact(&mut self, n: u64, out: &mut Vec<u8>, what: &'static str) -> Result<(), PickleError> {
+        out.clear();
+        let mut left = n;
+        while left > 0 {
+            let buf = match self.r.fill_buf() {
+                Ok(b) => b,
+                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                Err(e) => return Err(PickleError::Io(e.to_string())),
+            };
+            if buf.is_empty() {
+                return Err(PickleError::Truncated { offset: self.pos, what });
+            }
+            let take = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+            out.extend_from_slice(&buf[..take]);
+            self.r.consume(take);
+            self.pos += take as u64;
+            left -= take as u64;
+        }
+        Ok(())
+    }
+
+    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], PickleError> {
+        let mut a = [0u8; N];
+        for b in a.iter_mut() {
+            *b = self.byte(what)?;
+        }
+        Ok(a)
+    }
+
+    fn line(&mut self, max: usize, out: &mut Vec<u8>, what: &'static str) -> Result<(), PickleError> {
+        out.clear();
+        loop {
+            let b = self.byte(what)?;
+            if b == b'\n' {
+                if out.last() == Some(&b'\r') {
+                    out.pop();
+                }
+                return Ok(());
+            }
+            if out.len() >= max {
+                return Err(PickleError::Malformed {
+                    msg: format!("{what} line longer than {max} bytes"),
+                    offset: self.pos,
+                });
+            }
+            out.push(b);
+        }
+    }
+}
+
+struct Vm<R> {
+    input: Input<R>,
+    out: Pickle,
+    stack: Vec<Handle>,
+    marks: Vec<usize>,
+    memo: Vec<Option<Handle>>,
+    memo_sparse: HashMap<u64, Handle>,
+    memo_count: u64,
+    interned: HashMap<Arc<str>, u32>,
+    scratch: Vec<u8>,
+    limits: Limits,
+    op_at: u64,
+}
+
+fn code(opcode: &'static str, global: Option<String>, offset: u64) -> PickleError {
+    PickleError::Code { opcode, global, offset }
+}
+
+impl<R: BufRead> Vm<R> {
+    fn malformed(&self, msg: impl Into<String>) -> PickleError {
+        PickleError::Malformed { msg: msg.into(), offset: self.op_at }
+    }
+
+    fn index(&self, len: usize) -> Result<u32, PickleError> {
+        u32::try_from(len)
+            .ok()
+            .filter(|&i| i <= PAYLOAD)
+            .ok_or_else(|| self.malformed("more values than this reader supports (2^28 per type)"))
+    }
+
+    fn push(&mut self, h: Handle) {
+        self.stack.push(h);
+    }
+
+    /// Values above the innermost MARK (Python starts a fresh stack at each MARK).
+    fn above_mark(&self) -> usize {
+        self.stack.len() - self.marks.last().copied().unwrap_or(0).min(self.stack.len())
+    }
+
+    fn pop(&mut self, what: &str) -> Result<Handle, PickleError> {
+        if self.above_mark() == 0 {
+            return Err(self.malformed(format!("{what} on an empty stack")));
+        }
+        self.stack.pop().ok_or_else(|| self.malformed(format!("{what} on an empty stack")))
+    }
+
+    fn top(&self, what: &str) -> Result<Handle, PickleError> {
+        if self.above_mark() == 0 {
+            return Err(self.malformed(format!("{what} on an empty stack")));
+        }
+        self.stack.last().copied().ok_or_else(|| self.malformed(format!("{what} on an empty stack")))
+    }
+
+    fn pop_mark(&mut self, what: &str) -> Result<usize, PickleError> {
+        let m = self.marks.pop().ok_or_else(|| self.malformed(format!("{what} without MARK")))?;
+        if m > self.stack.len() {
+            return Err(self.malformed(format!("{what}: MARK above the stack")));
+        }
+        Ok(m)
+    }
+
+    fn int(&mut self, v: i128) -> Result<Handle, PickleError> {
+        if (SMALL_MIN..=SMALL_MAX).contains(&v) {
+            return Ok(Handle::new(T_SMALL, (v as i32 as u32) & PAYLOAD));
+        }
+        let i = self.index(self.out.ints.len())?;
+        self.out.ints.push(v);
+        Ok(Handle::new(T_INT, i))
+    }
+
+    /// Little-endian two's-complement bytes (LONG1/LONG4).
+    fn long_bytes(&mut self, b: &[u8]) -> Result<Handle, PickleError> {
+        if b.is_empty() {
+            return self.int(0);
+        }
+        let neg = b[b.len() - 1] & 0x80 != 0;
+        // Trim redundant sign bytes so 17-byte encodings of 128-bit values still fit.
+        let mut n = b.len();
+        while n > 1 {
+            let top = b[n - 1];
+            let next_sign = b[n - 2] & 0x80 != 0;
+            if (top == 0 && !next_sign) || (top == 0xff && next_sign) {
+                n -= 1;
+            } else {
+                break;
+            }
+        }
+        if n <= 16 {
+            let mut a = [if neg { 0xffu8 } else { 0 }; 16];
+            a[..n].copy_from_slice(&b[..n]);
+            return self.int(i128::from_le_bytes(a));
+        }
+        let i = self.index(self.out.bigs.len())?;
+        self.out.bigs.push(BigInt { le_bytes: b.into() });
+        Ok(Handle::new(T_BIG, i))
+    }
+
+    fn float(&mut self, v: f64) -> Result<Handle, PickleError> {
+        let i = self.index(self.out.floats.len())?;
+        self.out.floats.push(v);
+        Ok(Handle::new(T_FLOAT, i))
+    }
+
+    fn str_from_scratch(&mut self) -> Result<Handle, PickleError> {
+        let scratch = std::mem::take(&mut self.scratch);
+        let r = match std::str::from_utf8(&scratch) {
+            Ok(s) => self.intern(s),
+            Err(e) => Err(self.malformed(format!("string is not UTF-8: {e}"))),
+        };
+        self.scratch = scratch;
+        r
+    }
+
+    fn intern(&mut self, s: &str) -> Result<Handle, PickleError> {
+        if let Some(&i) = self.interned.get(s) {
+            return Ok(Handle::new(T_STR, i));
+        }
+        let i = self.index(self.out.strs.len())?;
+        let a: Arc<str> = Arc::from(s);
+        self.out.strs.push(a.clone());
+        self.interned.insert(a, i);
+        Ok(Handle::new(T_STR, i))
+    }
+
+    fn bytes_from_scratch(&mut self) -> Result<Handle, PickleError> {
+        let i = self.index(self.out.bytes.len())?;
+        self.out.bytes.push(self.scratch.as_slice().into());
+        Ok(Handle::new(T_BYTES, i))
+    }
+
+    /// Python 3 decodes protocol-0/1 byte strings (STRING, BINSTRING…) as ASCII `str` by
+    /// default; keep them as `str` when they are UTF-8, `bytes` otherwise.
+    fn legacy_string_from_scratch(&mut self) -> Result<Handle, PickleError> {
+        if std::str::from_utf8(&self.scratch).is_ok() {
+            self.str_from_scratch()
+        } else {
+            self.bytes_from_scratch()
+        }
+    }
+
+    fn container(&mut self, tag: u32, items: Vec<Handle>) -> Result<Handle, PickleError> {
+        let i = self.index(self.out.containers.len())?;
+        self.out.containers.push(items);
+        Ok(Handle::new(tag, i))
+    }
+
+    fn read_string(&mut self, n: u64, what: &'static str) -> Result<(), PickleError> {
+        if n > self.limits.max_string {
+            return Err(self.malformed(format!(
+                "{what} of {n} bytes exceeds the {} byte limit",
+                self.limits.max_string
+            )));
+        }
+        let mut s = std::mem::take(&mut self.scratch);
+        let r = self.input.exact(n, &mut s, what);
+        self.scratch = s;
+        r
+    }
+
+    fn read_line(&mut self, what: &'static str) -> Result<(), PickleError> {
+        let mut s = std::mem::take(&mut self.scratch);
+        let r = self.input.line(self.limits.max_line, &mut s, what);
+        self.scratch = s;
+        r
+    }
+
+    fn memo_put(&mut self, idx: u64) -> Result<(), PickleError> {
+        let h = self.top("PUT")?;
+        let i = idx as usize;
+        if idx < (1u64 << 26) && i <= self.memo.len() + 65_536 {
+            if i >= self.memo.len() {
+                self.memo.resize(i + 1, None);
+            }
+            if self.memo[i].replace(h).is_none() {
+                self.memo_count += 1;
+            }
+        } else if self.memo_sparse.insert(idx, h).is_none() {
+            self.memo_count += 1;
+        }
+        Ok(())
+    }
+
+    fn memo_get(&mut self, idx: u64) -> Result<(), PickleError> {
+        let h = self
+            .memo
+            .get(idx as usize)
+            .copied()
+            .flatten()
+            .or_else(|| self.memo_sparse.get(&idx).copied())
+            .ok_or_else(|| self.malformed(format!("memo key {idx} was never stored")))?;
+        self.push(h);
+        Ok(())
+    }
+
+    fn append_to(&mut self, target: Handle, items: Vec<Handle>, op: &str) -> Result<(), PickleError> {
+        match target.tag() {
+            T_LIST | T_SET => {
+                self.out.containers[target.index()].extend(items);
+                Ok(())
+            }
+            _ => Err(self.malformed(format!(
+                "{op} onto a {} (only lists and sets can grow)",
+                self.out.view(target).type_name()
+            ))),
+        }
+    }
+
+    fn run(&mut self) -> Result<(), PickleError> {
+        loop {
+            self.op_at = self.input.pos;
+            let op = self.input.byte("an opcode")?;
+            match op {
+                b'.' => {
+                    let root = self.pop("STOP")?;
+                    self.out.root = Some(root);
+                    return Ok(());
+                }
+                0x80 => {
+                    let v = self.input.byte("PROTO")?;
+                    if v > 5 {
+                        return Err(self.malformed(format!(
+                            "pickle protocol {v} is newer than this reader (0–5)"
+                        )));
+                    }
+                    self.out.protocol = v;
+                }
+                0x95 => {
+                    // FRAME: an 8-byte length hint; the frame's opcodes follow inline.
+                    self.input.array::<8>("FRAME")?;
+                }
+                b'(' => self.marks.push(self.stack.len()),
+                b'0' => {
+                    if self.marks.last() == Some(&self.stack.len()) {
+                        self.marks.pop();
+                    } else {
+                        self.pop("POP")?;
+                    }
+                }
+                b'1' => {
+                    let m = self.pop_mark("POP_MARK")?;
+                    self.stack.truncate(m);
+                }
+                b'2' => {
+                    let h = self.top("DUP")?;
+                    self.push(h);
+                }
+                b'N' => self.push(Handle::NONE),
+                0x88 => self.push(Handle::new(T_TRUE, 0)),
+                0x89 => self.push(Handle::new(T_FALSE, 0)),
+                b'J' => {
+                    let v = i32::from_le_bytes(self.input.array("BININT")?);
+                    let h = self.int(v as i128)?;
+                    self.push(h);
+                }
+                b'K' => {
+                    let v = self.input.byte("BININT1")?;
+                    let h = self.int(v as i128)?;
+                    self.push(h);
+                }
+                b'M' => {
+                    let v = u16::from_le_bytes(self.input.array("BININT2")?);
+                    let h = self.int(v as i128)?;
+                    self.push(h);
+                }
+                0x8a => {
+                    let n = self.input.byte("LONG1")? as u64;
+                    self.read_string(n, "LONG1")?;
+                    let b = std::mem::take(&mut self.scratch);
+                    let h = self.long_bytes(&b);
+                    self.scratch = b;
+                    self.push(h?);
+                }
+                0x8b => {
+                    let n = i32::from_le_bytes(self.input.array("LONG4")?);
+                    if n < 0 {
+                        return Err(self.malformed("LONG4 with a negative length"));
+                    }
+                    self.read_string(n as u64, "LONG4")?;
+                    let b = std::mem::take(&mut self.scratch);
+                    let h = self.long_bytes(&b);
+                    self.scratch = b;
+                    self.push(h?);
+                }
+                b'I' => {
+                    self.read_line("INT")?;
+                    let text = String::from_utf8_lossy(&self.scratch).trim().to_string();
+                    let h = match text.as_str() {
+                        "01" => Handle::new(T_TRUE, 0),
+                        "00" => Handle::new(T_FALSE, 0),
+                        t => {
+                            let v: i128 = t
+                                .parse()
+                                .map_err(|_| self.malformed(format!("INT {t:?} is not a number")))?;
+                            self.int(v)?
+                        }
+                    };
+                    self.push(h);
+                }
+                b'L' => {
+                    self.read_line("LONG")?;
+                    let text = String::from_utf8_lossy(&self.scratch).trim().to_string();
+                    let t = text.strip_suffix('L').unwrap_or(&text);
+                    let v: i128 = t.parse().map_err(|_| {
+                        self.malformed(format!("LONG {t:?} is not a number this reader supports"))
+                    })?;
+                    let h = self.int(v)?;
+                    self.push(h);
+                }
+                b'G' => {
+                    let v = f64::from_be_bytes(self.input.array("BINFLOAT")?);
+                    let h = self.float(v)?;
+                    self.push(h);
+                }
+                b'F' => {
+                    self.read_line("FLOAT")?;
+                    let text = String::from_utf8_lossy(&self.scratch).trim().to_string();
+                    let v: f64 = text
+                        .parse()
+                        .map_err(|_| self.malformed(format!("FLOAT {text:?} is not a number")))?;
+                    let h = self.float(v)?;
+                    self.push(h);
+                }
+                b'X' => {
+                    let n = u32::from_le_bytes(self.input.array("BINUNICODE")?) as u64;
+                    self.read_string(n, "BINUNICODE")?;
+                    let h = self.str_from_scratch()?;
+                    self.push(h);
+                }
+                0x8c => {
+                    let n = self.input.byte("SHORT_BINUNICODE")? as u64;
+                    self.read_string(n, "SHORT_BINUNICODE")?;
+                    let h = self.str_from_scratch()?;
+                    self.push(h);
+                }
+                0x8d => {
+                    let n = u64::from_le_bytes(self.input.array("BINUNICODE8")?);
+                    self.read_string(n, "BINUNICODE8")?;
+                    let h = self.str_from_scratch()?;
+                    self.push(h);
+                }
+                b'V' => {
+                    self.read_line("UNICODE")?;
+                    let s = decode_raw_unicode_escape(&self.scratch)
+                        .ok_or_else(|| self.malformed("UNICODE with a bad escape"))?;
+                    let h = self.intern(&s)?;
+                    self.push(h);
+                }
+                b'S' => {
+                    self.read_line("STRING")?;
+                    let s = decode_quoted(&self.scratch)
+                        .ok_or_else(|| self.malformed("STRING is not a quoted literal"))?;
+                    self.scratch = s;
+                    let h = self.legacy_string_from_scratch()?;
+                    self.push(h);
+                }
+                b'T' => {
+                    let n = i32::from_le_bytes(self.input.array("BINSTRING")?);
+                    if n < 0 {
+                        return Err(self.malformed("BINSTRING with a negative length"));
+                    }
+                    self.read_string(n as u64, "BINSTRING")?;
+                    let h = self.legacy_string_from_scratch()?;
+                    self.push(h);
+                }
+                b'U' => {
+                    let n = self.input.byte("SHORT_BINSTRING")? as u64;
+                    self.read_string(n, "SHORT_BINSTRING")?;
+                    let h = self.legacy_string_from_scratch()?;
+                    self.push(h);
+                }
+                b'B' => {
+                    let n = u32::from_le_bytes(self.input.array("BINBYTES")?) as u64;
+                    self.read_string(n, "BINBYTES")?;
+                    let h = self.bytes_from_scratch()?;
+                    self.push(h);
+                }
+                b'C' => {
+                    let n = self.input.byte("SHORT_BINBYTES")? as u64;
+                    self.read_string(n, "SHORT_BINBYTES")?;
+                    let h = self.bytes_from_scratch()?;
+                    self.push(h);
+                }
+                0x8e | 0x96 => {
+                    let what = if op == 0x8e { "BINBYTES8" } else { "BYTEARRAY8" };
+                    let n = u64::from_le_bytes(self.input.array(what)?);
+                    self.read_string(n, what)?;
+                    let h = self.bytes_from_scratch()?;
+                    self.push(h);
+                }
+                b']' => {
+                    let h = self.container(T_LIST, Vec::new())?;
+                    self.push(h);
+                }
+                b'}' => {
+                    let h = self.container(T_DICT, Vec::new())?;
+                    self.push(h);
+                }
+                b')' => {
+                    let h = self.container(T_TUPLE, Vec::new())?;
+                    self.push(h);
+                }
+                0x8f => {
+                    let h = self.container(T_SET, Vec::new())?;
+                    self.push(h);
+                }
+                b'l' | b't' | b'd' | 0x91 => {
+                    let (name, tag) = match op {
+                        b'l' => ("LIST", T_LIST),
+                        b't' => ("TUPLE", T_TUPLE),
+                        b'd' => ("DICT", T_DICT),
+                        _ => ("FROZENSET", T_FROZENSET),
+                    };
+                    let m = self.pop_mark(name)?;
+                    let items = self.stack.split_off(m);
+                    if tag == T_DICT && items.len() % 2 != 0 {
+                        return Err(self.malformed("DICT with an odd number of items"));
+                    }
+                    let h = self.container(tag, items)?;
+                    self.push(h);
+                }
+                0x85..=0x87 => {
+                    let n = (op - 0x84) as usize;
+                    if self.stack.len() < n
+                        || self.marks.last().is_some_and(|&m| m > self.stack.len() - n)
+                    {
+                        return Err(self.malformed(format!("TUPLE{n} needs {n} values")));
+                    }
+                    let items = self.stack.split_off(self.stack.len() - n);
+                    let h = self.container(T_TUPLE, items)?;
+                    self.push(h);
+                }
+                b'a' => {
+                    let v = self.pop("APPEND")?;
+                    let target = self.top("APPEND")?;
+                    self.append_to(target, vec![v], "APPEND")?;
+                }
+                b'e' | 0x90 => {
+                    let name = if op == b'e' { "APPENDS" } else { "ADDITEMS" };
+                    let m = self.pop_mark(name)?;
+                    if m == 0 {
+                        return Err(self.malformed(format!("{name} without a target")));
+                    }
+                    let items = self.stack.split_off(m);
+                    let target = self.stack[m - 1];
+                    if op == 0x90 && target.tag() != T_SET {
+                        return Err(self.malformed("ADDITEMS onto something that is not a set"));
+                    }
+                    self.append_to(target, items, name)?;
+                }
+                b's' => {
+                    let v = self.pop("SETITEM")?;
+                    let k = self.pop("SETITEM")?;
+                    let target = self.top("SETITEM")?;
+                    self.set_items(target, vec![k, v])?;
+                }
+                b'u' => {
+                    let m = self.pop_mark("SETITEMS")?;
+                    if m == 0 {
+                        return Err(self.malformed("SETITEMS without a target"));
+                    }
+                    let items = self.stack.split_off(m);
+                    if items.len() % 2 != 0 {
+                        return Err(self.malformed("SETITEMS with an odd number of items"));
+                    }
+                    let target = self.stack[m - 1];
+                    self.set_items(target, items)?;
+                }
+                b'p' => {
+                    self.read_line("PUT")?;
+                    let idx = self.line_index("PUT")?;
+                    self.memo_put(idx)?;
+                }
+                b'q' => {
+                    let i = self.input.byte("BINPUT")? as u64;
+                    self.memo_put(i)?;
+                }
+                b'r' => {
+                    let i = u32::from_le_bytes(self.input.array("LONG_BINPUT")?) as u64;
+                    self.memo_put(i)?;
+                }
+                0x94 => {
+                    // Python numbers MEMOIZE entries by the memo's current size.
+                    let i = self.memo_count;
+                    self.memo_put(i)?;
+                }
+                b'g' => {
+                    self.read_line("GET")?;
+                    let idx = self.line_index("GET")?;
+                    self.memo_get(idx)?;
+                }
+                b'h' => {
+                    let i = self.input.byte("BINGET")? as u64;
+                    self.memo_get(i)?;
+                }
+                b'j' => {
+                    let i = u32::from_le_bytes(self.input.array("LONG_BINGET")?) as u64;
+                    self.memo_get(i)?;
+                }
+                // --- everything below would import or call code: refused ---
+                b'c' => {
+                    self.read_line("GLOBAL")?;
+                    let module = String::from_utf8_lossy(&self.scratch).into_owned();
+                    self.read_line("GLOBAL")?;
+                    let name = String::from_utf8_lossy(&self.scratch).into_owned();
+                    return Err(code("GLOBAL", Some(format!("{module}.{name}")), self.op_at));
+                }
+                b'i' => {
+                    self.read_line("INST")?;
+                    let module = String::from_utf8_lossy(&self.scratch).into_owned();
+                    self.read_line("INST")?;
+                    let name = String::from_utf8_lossy(&self.scratch).into_owned();
+                    return Err(code("INST", Some(format!("{module}.{name}")), self.op_at));
+                }
+                0x93 => {
+                    let n = self.stack.len();
+                    let global = if n >= 2 {
+                        match (self.out.str(self.stack[n - 2]), self.out.str(self.stack[n - 1])) {
+                            (Some(m), Some(q)) => Some(format!("{m}.{q}")),
+                            _ => None,
+                        }
+                    } else {
+                        None
+                    };
+                    return Err(code("STACK_GLOBAL", global, self.op_at));
+                }
+                b'R' => return Err(code("REDUCE", None, self.op_at)),
+                b'b' => return Err(code("BUILD", None, self.op_at)),
+                b'o' => return Err(code("OBJ", None, self.op_at)),
+                0x81 => return Err(code("NEWOBJ", None, self.op_at)),
+                0x92 => return Err(code("NEWOBJ_EX", None, self.op_at)),
+                0x82..=0x84 => {
+                    let (name, n) = match op {
+                        0x82 => ("EXT1", 1),
+                        0x83 => ("EXT2", 2),
+                        _ => ("EXT4", 4),
+                    };
+                    let mut code_no = 0u64;
+                    for i in 0..n {
+                        code_no |= (self.input.byte(name)? as u64) << (8 * i);
+                    }
+                    return Err(code(name, Some(format!("copyreg extension #{code_no}")), self.op_at));
+                }
+                b'P' => return Err(code("PERSID", None, self.op_at)),
+                b'Q' => return Err(code("BINPERSID", None, self.op_at)),
+                0x97 => return Err(code("NEXT_BUFFER", None, self.op_at)),
+                0x98 => return Err(code("READONLY_BUFFER", None, self.op_at)),
+                byte => return Err(PickleError::BadOpcode { byte, offset: self.op_at }),
+            }
+        }
+    }
+
+    fn line_index(&self, what: &str) -> Result<u64, PickleError> {
+        let t = String::from_utf8_lossy(&self.scratch);
+        t.trim().parse().map_err(|_| self.malformed(format!("{what} index {t:?} is not a number")))
+    }
+
+    fn set_items(&mut self, target: Handle, items: Vec<Handle>) -> Result<(), PickleError> {
+        if target.tag() != T_DICT {
+            return Err(self.malformed(format!(
+                "SETITEM(S) onto a {} (only dicts take items)",
+                self.out.view(target).type_name()
+            )));
+        }
+        self.out.containers[target.index()].extend(items);
+        Ok(())
+    }
+}
+
+/// Decodes a protocol-0 `STRING` literal: `'...'` or `"..."` with Python escapes.
+fn decode_quoted(line: &[u8]) -> Option<Vec<u8>> {
+    let q = *line.first()?;
+    if (q != b'\'' && q != b'"') || line.len() < 2 || *line.last()? != q {
+        return None;
+    }
+    let body = &line[1..line.len() - 1];
+    let mut out = Vec::with_capacity(body.len());
+    let mut i = 0;
+    while i < body.len() {
+        let c = body[i];
+        i += 1;
+        if c != b'\\' {
+            out.push(c);
+            continue;
+        }
+        let e = *body.get(i)?;
+        i += 1;
+        match e {
+            b'n' => out.push(b'\n'),
+            b't' => out.push(b'\t'),
+            b'r' => out.push(b'\r'),
+            b'0'..=b'7' => {
+                let mut v = (e - b'0') as u32;
+                for _ in 0..2 {
+                    match body.get(i) {
+                        Some(d @ b'0'..=b'7') => {
+                            v = v * 8 + (d - b'0') as u32;
+                            i += 1;
+                        }
+                        _ => break,
+                    }
+                }
+                out.push(v as u8);
+            }
+            b'x' => {
+                let h = std::str::from_utf8(body.get(i..i + 2)?).ok()?;
+                out.push(u8::from_str_radix(h, 16).ok()?);
+                i += 2;
+            }
+            b'\\' | b'\'' | b'"' => out.push(e),
+            other => {
+                out.push(b'\\');
+                out.push(other);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// Decodes Python's `raw-unicode-escape` (`\uXXXX`, `\UXXXXXXXX`; other bytes are Latin-1).
+fn decode_raw_unicode_escape(line: &[u8]) -> Option<String> {
+    let mut out = String::with_capacity(line.len());
+    let mut i = 0;
+    while i < line.len() {
+        let c = line[i];
+        if c == b'\\' && i + 1 < line.len() && (line[i + 1] == b'u' || line[i + 1] == b'U') {
+            let n = if line[i + 1] == b'u' { 4 } else { 8 };
+            let hex = std::str::from_utf8(line.get(i + 2..i + 2 + n)?).ok()?;
+            out.push(char::from_u32(u32::from_str_radix(hex, 16).ok()?)?);
+            i += 2 + n;
+        } else {
+            out.push(c as char);
+            i += 1;
+        }
+    }
+    Some(out)
+}
