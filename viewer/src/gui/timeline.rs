@@ -1,0 +1,178 @@
+//! Timelines: bytes (live, mapped, reserved, largest free block, NVML used, device total
+//! with a 95 % line) and the fragmentation ratio, with failed allocations marked and a
+//! time cursor. Clicking or dragging on a plot moves the cursor (the map rewinds to it).
+
+use egui::{Color32, Ui};
+use egui_plot::{Legend, Line, LineStyle, Plot, VLine};
+
+use crate::pipeline::space::human_bytes;
+
+/// Colour of the time cursor.
+pub const CURSOR: Color32 = Color32::from_rgb(255, 255, 255);
+/// Colour of failed-allocation markers.
+pub const FAILURE: Color32 = Color32::from_rgb(229, 57, 53);
+
+/// One curve, already downsampled (min/max per pixel column, so peaks survive).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Curve {
+    /// Legend name.
+    pub name: String,
+    /// Line colour.
+    pub colour: Color32,
+    /// `[seconds since start, value]`, in time order.
+    pub points: Vec<[f64; 2]>,
+    /// Drawn dashed (reference lines).
+    pub dashed: bool,
+}
+
+/// A moment to mark (a failed allocation, an OOM).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Marker {
+    /// Seconds since start.
+    pub t: f64,
+    /// Hover text.
+    pub text: String,
+}
+
+/// What the timeline draws this frame.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Input {
+    /// Curves in bytes.
+    pub bytes: Vec<Curve>,
+    /// Curves in 0..=1 (fragmentation ratio).
+    pub ratio: Vec<Curve>,
+    /// Failures.
+    pub markers: Vec<Marker>,
+    /// The device's total bytes (draws the total and the threshold line).
+    pub device_total: Option<f64>,
+    /// The run's time span in seconds.
+    pub span: (f64, f64),
+}
+
+/// Remembered timeline settings.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct Options {
+    /// Threshold line as a fraction of the device total.
+    pub threshold: f64,
+    /// Height of the bytes plot.
+    pub height: f32,
+    /// Show the fragmentation plot.
+    pub show_ratio: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            threshold: 0.95,
+            height: 180.0,
+            show_ratio: true,
+        }
+    }
+}
+
+/// Draws both plots; returns the new cursor time when the user clicked or dragged.
+pub fn ui(ui: &mut Ui, opts: &Options, input: &Input, cursor: Option<f64>) -> Option<f64> {
+    let link = ui.scope_id().with("timeline-link");
+    let mut moved = None;
+    let bytes_fmt = |mark: egui_plot::GridMark, _r: &std::ops::RangeInclusive<f64>| {
+        human_bytes(mark.value.max(0.0) as u64)
+    };
+    let resp = Plot::new("timeline-bytes")
+        .height(opts.height)
+        .legend(Legend::default())
+        .link_axis(link, [true, false])
+        .link_cursor(link, [true, false])
+        .allow_drag(false)
+        .allow_boxed_zoom(false)
+        .include_y(0.0)
+        .include_x(input.span.0)
+        .include_x(input.span.1)
+        .y_axis_formatter(bytes_fmt)
+        .label_formatter(|h| {
+            let (name, p) = match h {
+                egui_plot::HoverPosition::NearDataPoint {
+                    plot_name,
+                    position,
+                    ..
+                } => (*plot_name, *position),
+                egui_plot::HoverPosition::Elsewhere { position } => ("", *position),
+            };
+            Some(format!(
+                "{name}\n{:.3} s\n{}",
+                p.x,
+                human_bytes(p.y.max(0.0) as u64)
+            ))
+        })
+        .show(ui, |p| {
+            for c in &input.bytes {
+                p.line(curve_line(c));
+            }
+            if let Some(total) = input.device_total {
+                let flat = |v: f64| vec![[input.span.0, v], [input.span.1, v]];
+                p.line(
+                    Line::new("device total", flat(total))
+                        .color(Color32::from_gray(170))
+                        .style(LineStyle::dashed_loose()),
+                );
+                p.line(
+                    Line::new(
+                        format!("{:.0} % of total", opts.threshold * 100.0),
+                        flat(total * opts.threshold),
+                    )
+                    .color(FAILURE)
+                    .style(LineStyle::dashed_loose()),
+                );
+            }
+            markers(p, input, cursor);
+        });
+    moved = moved.or(cursor_from(&resp));
+    if opts.show_ratio {
+        let resp = Plot::new("timeline-ratio")
+            .height((opts.height * 0.55).max(60.0))
+            .legend(Legend::default())
+            .link_axis(link, [true, false])
+            .link_cursor(link, [true, false])
+            .allow_drag(false)
+            .allow_boxed_zoom(false)
+            .include_y(0.0)
+            .include_y(1.0)
+            .include_x(input.span.0)
+            .include_x(input.span.1)
+            .show(ui, |p| {
+                for c in &input.ratio {
+                    p.line(curve_line(c));
+                }
+                markers(p, input, cursor);
+            });
+        moved = moved.or(cursor_from(&resp));
+    }
+    moved
+}
+
+fn curve_line(c: &Curve) -> Line<'_> {
+    let l = Line::new(c.name.clone(), c.points.clone()).color(c.colour);
+    if c.dashed {
+        l.style(LineStyle::dashed_loose())
+    } else {
+        l
+    }
+}
+
+fn markers(p: &mut egui_plot::PlotUi<'_>, input: &Input, cursor: Option<f64>) {
+    for m in &input.markers {
+        p.vline(VLine::new(m.text.clone(), m.t).color(FAILURE).width(1.0));
+    }
+    if let Some(t) = cursor {
+        p.vline(VLine::new("cursor", t).color(CURSOR).width(2.0));
+    }
+}
+
+fn cursor_from<R>(resp: &egui_plot::PlotResponse<R>) -> Option<f64> {
+    let r = &resp.response;
+    if r.clicked() || r.dragged() {
+        let pos = r.interact_pointer_pos()?;
+        return Some(resp.transform.value_from_position(pos).x);
+    }
+    None
+}
