@@ -5,5 +5,7 @@
 //! allocation-free, lock-free code (`format`, `ring`, `live`).
 
 pub mod format;
+pub mod live;
+pub mod ring;
 #[cfg(feature = "consumer")]
 pub mod torch;

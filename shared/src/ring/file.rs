@@ -1,0 +1,244 @@
+//! Ring files for consumers (and tests): map an existing ring, create one, list a directory.
+
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use super::{parse_ring_file_name, ring_dir_candidate, Ring, RingConfig, RingError, EXITED, MAGIC};
+
+/// A ring file mapped read-write in this process.
+pub struct RingFile {
+    ring: Ring,
+    path: PathBuf,
+    // Keeps the mapping alive; `ring` points into it. Declared after `ring` so it is
+    // dropped last.
+    _map: memmap2::MmapMut,
+}
+
+impl fmt::Debug for RingFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RingFile")
+            .field("path", &self.path)
+            .field("ring", &self.ring)
+            .finish()
+    }
+}
+
+/// Why a ring file could not be opened or created. The message names the file.
+#[derive(Debug)]
+pub enum RingFileError {
+    /// The file could not be opened, sized or mapped.
+    Io {
+        /// The ring file.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The file is not a usable ring.
+    Ring {
+        /// The ring file.
+        path: PathBuf,
+        /// What is wrong with it.
+        err: RingError,
+    },
+}
+
+impl fmt::Display for RingFileError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RingFileError::Io { path, source } => {
+                write!(f, "cannot use ring file {}: {source}", path.display())
+            }
+            RingFileError::Ring { path, err } => write!(f, "{}: {err}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for RingFileError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RingFileError::Io { source, .. } => Some(source),
+            RingFileError::Ring { err, .. } => Some(err),
+        }
+    }
+}
+
+impl RingFile {
+    /// Maps an existing ring file read-write and validates it.
+    pub fn open(path: impl AsRef<Path>) -> Result<RingFile, RingFileError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |source| RingFileError::Io {
+            path: path.clone(),
+            source,
+        };
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        // SAFETY: the mapping is shared with the producer, which only writes it through
+        // `Ring`; we only access it through `Ring` as well. Truncation by another process
+        // would fault, which ring files never do (the probe sizes them before init).
+        let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?;
+        let len = map.len();
+        // SAFETY: the mapping is page-aligned, `len` bytes long and lives in `self._map`
+        // as long as `ring` does.
+        let ring =
+            unsafe { Ring::attach(map.as_mut_ptr(), len) }.map_err(|err| RingFileError::Ring {
+                path: path.clone(),
+                err,
+            })?;
+        Ok(RingFile {
+            ring,
+            path,
+            _map: map,
+        })
+    }
+
+    /// Creates (or replaces) a ring file with mode 0600 and initialises it for `pid`, with
+    /// the current CLOCK_MONOTONIC time as start.
+    pub fn create(
+        path: impl AsRef<Path>,
+        cfg: &RingConfig,
+        pid: u32,
+    ) -> Result<RingFile, RingFileError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |source| RingFileError::Io {
+            path: path.clone(),
+            source,
+        };
+        let file: File = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io)?;
+        file.set_len(cfg.file_len() as u64).map_err(io)?;
+        // SAFETY: we just created and sized the file; the mapping is only accessed via Ring.
+        let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?;
+        let len = map.len();
+        // SAFETY: the mapping is zero-filled (fresh set_len), page-aligned, `len` bytes long,
+        // and lives in `self._map` as long as `ring` does.
+        let ring = unsafe { Ring::init(map.as_mut_ptr(), len, cfg, pid, monotonic_ns()) }.map_err(
+            |err| RingFileError::Ring {
+                path: path.clone(),
+                err,
+            },
+        )?;
+        Ok(RingFile {
+            ring,
+            path,
+            _map: map,
+        })
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &Ring {
+        &self.ring
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl std::ops::Deref for RingFile {
+    type Target = Ring;
+    fn deref(&self) -> &Ring {
+        &self.ring
+    }
+}
+
+/// A ring file found in a ring directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RingInfo {
+    /// The producing process.
+    pub pid: u32,
+    /// The ring file.
+    pub path: PathBuf,
+    /// Whether the process still runs and has not marked the ring exited.
+    pub alive: bool,
+}
+
+/// The ring files in `dir` (files named `<pid>.ring` that start with the ring magic),
+/// sorted by pid. A missing or unreadable directory gives an empty list.
+pub fn list_rings(dir: impl AsRef<Path>) -> Vec<RingInfo> {
+    let Ok(rd) = std::fs::read_dir(dir.as_ref()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for entry in rd.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = parse_ring_file_name(name.as_bytes()) else {
+            continue;
+        };
+        let path = entry.path();
+        let mut head = [0u8; 64];
+        let ok = File::open(&path)
+            .and_then(|mut f| f.read_exact(&mut head))
+            .is_ok();
+        if !ok || head[0..8] != MAGIC {
+            continue;
+        }
+        let flags = u32::from_le_bytes([head[48], head[49], head[50], head[51]]);
+        let alive = flags & EXITED == 0 && process_exists(pid);
+        out.push(RingInfo { pid, path, alive });
+    }
+    out.sort_by_key(|r| r.pid);
+    out
+}
+
+fn process_exists(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: kill with signal 0 only checks whether the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// The ring directories to search, in order of preference, for the current user and
+/// environment (see [`ring_dir_candidate`]).
+pub fn ring_dirs() -> Vec<PathBuf> {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let env = std::env::var_os(super::RING_DIR_ENV);
+    let xdg = std::env::var_os("XDG_RUNTIME_DIR");
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 4096 + env.as_ref().map_or(0, |e| e.len())];
+    for i in 0.. {
+        let Some(p) = ring_dir_candidate(
+            i,
+            uid,
+            env.as_ref().map(|e| e.as_bytes()),
+            xdg.as_ref().map(|e| e.as_bytes()),
+            &mut buf,
+        ) else {
+            break;
+        };
+        out.push(PathBuf::from(std::ffi::OsStr::from_bytes(p)));
+    }
+    out
+}
+
+/// CLOCK_MONOTONIC now, in ns (the clock the probe stamps records with).
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: ts is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
