@@ -6,7 +6,9 @@ use fragprobe_shared::torch::snapshot::SnapshotLayout;
 use fragprobe_shared::torch::{load_snapshot, Action, BlockState, PoolKind};
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pytorch-snapshots").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/pytorch-snapshots")
+        .join(name)
 }
 
 const FIXTURES: [&str; 4] = [

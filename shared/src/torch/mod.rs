@@ -3,8 +3,11 @@
 //! PyTorch's native CUDA caching allocator that replays recorded traces.
 
 pub mod pickle;
+pub mod replay;
+pub mod sim;
 pub mod snapshot;
 pub mod stacks;
+pub mod verify;
 
 pub use snapshot::{
     load_snapshot, read_snapshot, Action, AllocatorSettings, Block, BlockState, ImportError,

@@ -321,7 +321,10 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_string: 1 << 32, max_line: 1 << 20 }
+        Limits {
+            max_string: 1 << 32,
+            max_line: 1 << 20,
+        }
     }
 }
 
@@ -367,7 +370,12 @@ impl<R: BufRead> Input<R> {
     fn byte(&mut self, what: &'static str) -> Result<u8, PickleError> {
         loop {
             match self.r.fill_buf() {
-                Ok([]) => return Err(PickleError::Truncated { offset: self.pos, what }),
+                Ok([]) => {
+                    return Err(PickleError::Truncated {
+                        offset: self.pos,
+                        what,
+                    })
+                }
                 Ok(buf) => {
                     let b = buf[0];
                     self.r.consume(1);
@@ -392,7 +400,10 @@ impl<R: BufRead> Input<R> {
                 Err(e) => return Err(PickleError::Io(e.to_string())),
             };
             if buf.is_empty() {
-                return Err(PickleError::Truncated { offset: self.pos, what });
+                return Err(PickleError::Truncated {
+                    offset: self.pos,
+                    what,
+                });
             }
             let take = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
             out.extend_from_slice(&buf[..take]);
@@ -411,7 +422,12 @@ impl<R: BufRead> Input<R> {
         Ok(a)
     }
 
-    fn line(&mut self, max: usize, out: &mut Vec<u8>, what: &'static str) -> Result<(), PickleError> {
+    fn line(
+        &mut self,
+        max: usize,
+        out: &mut Vec<u8>,
+        what: &'static str,
+    ) -> Result<(), PickleError> {
         out.clear();
         loop {
             let b = self.byte(what)?;
@@ -447,12 +463,19 @@ struct Vm<R> {
 }
 
 fn code(opcode: &'static str, global: Option<String>, offset: u64) -> PickleError {
-    PickleError::Code { opcode, global, offset }
+    PickleError::Code {
+        opcode,
+        global,
+        offset,
+    }
 }
 
 impl<R: BufRead> Vm<R> {
     fn malformed(&self, msg: impl Into<String>) -> PickleError {
-        PickleError::Malformed { msg: msg.into(), offset: self.op_at }
+        PickleError::Malformed {
+            msg: msg.into(),
+            offset: self.op_at,
+        }
     }
 
     fn index(&self, len: usize) -> Result<u32, PickleError> {
@@ -468,25 +491,39 @@ impl<R: BufRead> Vm<R> {
 
     /// Values above the innermost MARK (Python starts a fresh stack at each MARK).
     fn above_mark(&self) -> usize {
-        self.stack.len() - self.marks.last().copied().unwrap_or(0).min(self.stack.len())
+        self.stack.len()
+            - self
+                .marks
+                .last()
+                .copied()
+                .unwrap_or(0)
+                .min(self.stack.len())
     }
 
     fn pop(&mut self, what: &str) -> Result<Handle, PickleError> {
         if self.above_mark() == 0 {
             return Err(self.malformed(format!("{what} on an empty stack")));
         }
-        self.stack.pop().ok_or_else(|| self.malformed(format!("{what} on an empty stack")))
+        self.stack
+            .pop()
+            .ok_or_else(|| self.malformed(format!("{what} on an empty stack")))
     }
 
     fn top(&self, what: &str) -> Result<Handle, PickleError> {
         if self.above_mark() == 0 {
             return Err(self.malformed(format!("{what} on an empty stack")));
         }
-        self.stack.last().copied().ok_or_else(|| self.malformed(format!("{what} on an empty stack")))
+        self.stack
+            .last()
+            .copied()
+            .ok_or_else(|| self.malformed(format!("{what} on an empty stack")))
     }
 
     fn pop_mark(&mut self, what: &str) -> Result<usize, PickleError> {
-        let m = self.marks.pop().ok_or_else(|| self.malformed(format!("{what} without MARK")))?;
+        let m = self
+            .marks
+            .pop()
+            .ok_or_else(|| self.malformed(format!("{what} without MARK")))?;
         if m > self.stack.len() {
             return Err(self.malformed(format!("{what}: MARK above the stack")));
         }
@@ -626,7 +663,12 @@ impl<R: BufRead> Vm<R> {
         Ok(())
     }
 
-    fn append_to(&mut self, target: Handle, items: Vec<Handle>, op: &str) -> Result<(), PickleError> {
+    fn append_to(
+        &mut self,
+        target: Handle,
+        items: Vec<Handle>,
+        op: &str,
+    ) -> Result<(), PickleError> {
         match target.tag() {
             T_LIST | T_SET => {
                 self.out.containers[target.index()].extend(items);
@@ -722,9 +764,9 @@ impl<R: BufRead> Vm<R> {
                         "01" => Handle::new(T_TRUE, 0),
                         "00" => Handle::new(T_FALSE, 0),
                         t => {
-                            let v: i128 = t
-                                .parse()
-                                .map_err(|_| self.malformed(format!("INT {t:?} is not a number")))?;
+                            let v: i128 = t.parse().map_err(|_| {
+                                self.malformed(format!("INT {t:?} is not a number"))
+                            })?;
                             self.int(v)?
                         }
                     };
@@ -815,7 +857,11 @@ impl<R: BufRead> Vm<R> {
                     self.push(h);
                 }
                 0x8e | 0x96 => {
-                    let what = if op == 0x8e { "BINBYTES8" } else { "BYTEARRAY8" };
+                    let what = if op == 0x8e {
+                        "BINBYTES8"
+                    } else {
+                        "BYTEARRAY8"
+                    };
                     let n = u64::from_le_bytes(self.input.array(what)?);
                     self.read_string(n, what)?;
                     let h = self.bytes_from_scratch()?;
@@ -846,7 +892,7 @@ impl<R: BufRead> Vm<R> {
                     };
                     let m = self.pop_mark(name)?;
                     let items = self.stack.split_off(m);
-                    if tag == T_DICT && items.len() % 2 != 0 {
+                    if tag == T_DICT && !items.len().is_multiple_of(2) {
                         return Err(self.malformed("DICT with an odd number of items"));
                     }
                     let h = self.container(tag, items)?;
@@ -893,7 +939,7 @@ impl<R: BufRead> Vm<R> {
                         return Err(self.malformed("SETITEMS without a target"));
                     }
                     let items = self.stack.split_off(m);
-                    if items.len() % 2 != 0 {
+                    if !items.len().is_multiple_of(2) {
                         return Err(self.malformed("SETITEMS with an odd number of items"));
                     }
                     let target = self.stack[m - 1];
@@ -948,7 +994,10 @@ impl<R: BufRead> Vm<R> {
                 0x93 => {
                     let n = self.stack.len();
                     let global = if n >= 2 {
-                        match (self.out.str(self.stack[n - 2]), self.out.str(self.stack[n - 1])) {
+                        match (
+                            self.out.str(self.stack[n - 2]),
+                            self.out.str(self.stack[n - 1]),
+                        ) {
                             (Some(m), Some(q)) => Some(format!("{m}.{q}")),
                             _ => None,
                         }
@@ -972,20 +1021,31 @@ impl<R: BufRead> Vm<R> {
                     for i in 0..n {
                         code_no |= (self.input.byte(name)? as u64) << (8 * i);
                     }
-                    return Err(code(name, Some(format!("copyreg extension #{code_no}")), self.op_at));
+                    return Err(code(
+                        name,
+                        Some(format!("copyreg extension #{code_no}")),
+                        self.op_at,
+                    ));
                 }
                 b'P' => return Err(code("PERSID", None, self.op_at)),
                 b'Q' => return Err(code("BINPERSID", None, self.op_at)),
                 0x97 => return Err(code("NEXT_BUFFER", None, self.op_at)),
                 0x98 => return Err(code("READONLY_BUFFER", None, self.op_at)),
-                byte => return Err(PickleError::BadOpcode { byte, offset: self.op_at }),
+                byte => {
+                    return Err(PickleError::BadOpcode {
+                        byte,
+                        offset: self.op_at,
+                    })
+                }
             }
         }
     }
 
     fn line_index(&self, what: &str) -> Result<u64, PickleError> {
         let t = String::from_utf8_lossy(&self.scratch);
-        t.trim().parse().map_err(|_| self.malformed(format!("{what} index {t:?} is not a number")))
+        t.trim()
+            .parse()
+            .map_err(|_| self.malformed(format!("{what} index {t:?} is not a number")))
     }
 
     fn set_items(&mut self, target: Handle, items: Vec<Handle>) -> Result<(), PickleError> {

@@ -269,7 +269,10 @@ impl Snapshot {
 
     /// The trace of one device (empty when none).
     pub fn trace(&self, device: i32) -> &[TraceEvent] {
-        usize::try_from(device).ok().and_then(|d| self.traces.get(d)).map_or(&[], |t| t)
+        usize::try_from(device)
+            .ok()
+            .and_then(|d| self.traces.get(d))
+            .map_or(&[], |t| t)
     }
 
     /// Total number of trace entries over all devices.
@@ -353,9 +356,12 @@ pub fn decode(p: &Pickle) -> Result<Snapshot, ImportError> {
             )))
         }
     };
-    let segs = p
-        .seq(seg_list)
-        .ok_or_else(|| shape(format!("'segments' is a {}, not a list", p.view(seg_list).type_name())))?;
+    let segs = p.seq(seg_list).ok_or_else(|| {
+        shape(format!(
+            "'segments' is a {}, not a list",
+            p.view(seg_list).type_name()
+        ))
+    })?;
     let mut segments = Vec::with_capacity(segs.len());
     for (i, &s) in segs.iter().enumerate() {
         segments.push(d.segment(s, i)?);
@@ -366,7 +372,9 @@ pub fn decode(p: &Pickle) -> Result<Snapshot, ImportError> {
     let mut has_time = false;
     if let Some(t) = traces_h {
         if !matches!(p.view(t), Val::None) {
-            let devs = p.seq(t).ok_or_else(|| shape("'device_traces' is not a list"))?;
+            let devs = p
+                .seq(t)
+                .ok_or_else(|| shape("'device_traces' is not a list"))?;
             for (dev, &dt) in devs.iter().enumerate() {
                 let entries = p
                     .seq(dt)
@@ -415,10 +423,22 @@ struct Decoder<'p> {
 }
 
 impl Decoder<'_> {
-    fn int_field(&self, h: Handle, key: &str, at: &dyn Fn() -> String) -> Result<i128, ImportError> {
-        let v = self.p.get(h, key).ok_or_else(|| shape(format!("{} has no '{key}'", at())))?;
+    fn int_field(
+        &self,
+        h: Handle,
+        key: &str,
+        at: &dyn Fn() -> String,
+    ) -> Result<i128, ImportError> {
+        let v = self
+            .p
+            .get(h, key)
+            .ok_or_else(|| shape(format!("{} has no '{key}'", at())))?;
         self.p.int(v).ok_or_else(|| {
-            shape(format!("{}.{key} is a {}, not an int", at(), self.p.view(v).type_name()))
+            shape(format!(
+                "{}.{key} is a {}, not an int",
+                at(),
+                self.p.view(v).type_name()
+            ))
         })
     }
 
@@ -428,12 +448,18 @@ impl Decoder<'_> {
     }
 
     fn opt_u64(&self, h: Handle, key: &str) -> Option<u64> {
-        self.p.get(h, key).and_then(|v| self.p.int(v)).and_then(|v| u64::try_from(v).ok())
+        self.p
+            .get(h, key)
+            .and_then(|v| self.p.int(v))
+            .and_then(|v| u64::try_from(v).ok())
     }
 
     /// Streams are `cudaStream_t` values; keep them bit-for-bit (negative ints wrap).
     fn stream(&self, h: Handle) -> u64 {
-        self.p.get(h, "stream").and_then(|v| self.p.int(v)).map_or(0, |v| v as u64)
+        self.p
+            .get(h, "stream")
+            .and_then(|v| self.p.int(v))
+            .map_or(0, |v| v as u64)
     }
 
     fn frame(&mut self, h: Handle) -> FrameId {
@@ -442,7 +468,9 @@ impl Decoder<'_> {
         }
         let p = self.p;
         let text = |k: &str| {
-            p.get(h, k).and_then(|v| p.arc_str(v)).unwrap_or_else(|| std::sync::Arc::from(""))
+            p.get(h, k)
+                .and_then(|v| p.arc_str(v))
+                .unwrap_or_else(|| std::sync::Arc::from(""))
         };
         let f = Frame {
             filename: text("filename"),
@@ -459,7 +487,9 @@ impl Decoder<'_> {
         if let Some(&id) = self.stack_cache.get(&fl) {
             return id;
         }
-        let Some(items) = self.p.seq(fl) else { return EMPTY_STACK };
+        let Some(items) = self.p.seq(fl) else {
+            return EMPTY_STACK;
+        };
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         for &f in items {
@@ -476,7 +506,10 @@ impl Decoder<'_> {
     fn segment(&mut self, s: Handle, i: usize) -> Result<Segment, ImportError> {
         let p = self.p;
         if !p.is_dict(s) {
-            return Err(shape(format!("segments[{i}] is a {}, not a dict", p.view(s).type_name())));
+            return Err(shape(format!(
+                "segments[{i}] is a {}, not a dict",
+                p.view(s).type_name()
+            )));
         }
         let at = || format!("segments[{i}]");
         let address = self.u64_field(s, "address", &at)?;
@@ -486,23 +519,27 @@ impl Decoder<'_> {
             Some("small") => PoolKind::Small,
             Some("large") => PoolKind::Large,
             Some(other) => {
-                return Err(shape(format!("segments[{i}].segment_type is {other:?}, not small/large")))
+                return Err(shape(format!(
+                    "segments[{i}].segment_type is {other:?}, not small/large"
+                )))
             }
             // Old files: infer from the size (small segments are exactly 2 MiB).
             None if total_size == 2 << 20 => PoolKind::Small,
             None => PoolKind::Large,
         };
         let pool_id = match p.get(s, "segment_pool_id").and_then(|v| p.seq(v)) {
-            Some([a, b]) => (
-                p.int(*a).unwrap_or(0) as i64,
-                p.int(*b).unwrap_or(0) as i64,
-            ),
+            Some([a, b]) => (p.int(*a).unwrap_or(0) as i64, p.int(*b).unwrap_or(0) as i64),
             _ => (0, 0),
         };
-        let is_expandable = p.get(s, "is_expandable").and_then(|v| p.bool(v)).unwrap_or(false);
+        let is_expandable = p
+            .get(s, "is_expandable")
+            .and_then(|v| p.bool(v))
+            .unwrap_or(false);
         let stack = self.stack_of(p.get(s, "frames"));
         let stream = self.stream(s);
-        let blocks_h = p.get(s, "blocks").ok_or_else(|| shape(format!("segments[{i}] has no 'blocks'")))?;
+        let blocks_h = p
+            .get(s, "blocks")
+            .ok_or_else(|| shape(format!("segments[{i}] has no 'blocks'")))?;
         let bl = p
             .seq(blocks_h)
             .ok_or_else(|| shape(format!("segments[{i}].blocks is not a list")))?;
@@ -526,7 +563,10 @@ impl Decoder<'_> {
             };
             let (requested_size, stack) = if let Some(r) = self.opt_u64(b, "requested_size") {
                 (r, self.stack_of(p.get(b, "frames")))
-            } else if let Some(h0) = p.get(b, "history").and_then(|h| p.seq(h)).and_then(|h| h.first().copied())
+            } else if let Some(h0) = p
+                .get(b, "history")
+                .and_then(|h| p.seq(h))
+                .and_then(|h| h.first().copied())
             {
                 self.legacy_history = true;
                 let real = self.opt_u64(h0, "real_size").unwrap_or(size);
@@ -535,11 +575,27 @@ impl Decoder<'_> {
                 let req = if state.is_active() { size } else { 0 };
                 (req, self.stack_of(p.get(b, "frames")))
             };
-            blocks.push(Block { address: addr, size, requested_size, state, stack });
+            blocks.push(Block {
+                address: addr,
+                size,
+                requested_size,
+                state,
+                stack,
+            });
             next_addr = addr.saturating_add(size);
         }
         blocks.sort_by_key(|b| b.address);
-        Ok(Segment { device, address, total_size, stream, pool, pool_id, is_expandable, stack, blocks })
+        Ok(Segment {
+            device,
+            address,
+            total_size,
+            stream,
+            pool,
+            pool_id,
+            is_expandable,
+            stack,
+            blocks,
+        })
     }
 
     fn event(&mut self, e: Handle, dev: usize, j: usize) -> Result<TraceEvent, ImportError> {
@@ -554,14 +610,26 @@ impl Decoder<'_> {
         };
         let addr = match action {
             // PyTorch stores the device's free bytes of an OOM under `device_free`.
-            Action::Oom => self.opt_u64(e, "device_free").or_else(|| self.opt_u64(e, "addr")).unwrap_or(0),
-            Action::Snapshot | Action::UserDefined | Action::Other => self.opt_u64(e, "addr").unwrap_or(0),
+            Action::Oom => self
+                .opt_u64(e, "device_free")
+                .or_else(|| self.opt_u64(e, "addr"))
+                .unwrap_or(0),
+            Action::Snapshot | Action::UserDefined | Action::Other => {
+                self.opt_u64(e, "addr").unwrap_or(0)
+            }
             _ => self.u64_field(e, "addr", &at)?,
         };
         let size = self.opt_u64(e, "size").unwrap_or(0);
         let time_us = p.get(e, "time_us").and_then(|v| p.int(v)).map(|v| v as i64);
         let stack = self.stack_of(p.get(e, "frames"));
-        Ok(TraceEvent { action, addr, size, stream: self.stream(e), time_us, stack })
+        Ok(TraceEvent {
+            action,
+            addr,
+            size,
+            stream: self.stream(e),
+            time_us,
+            stack,
+        })
     }
 
     fn settings(&self, s: Handle) -> AllocatorSettings {

@@ -90,7 +90,9 @@ impl Stacks {
 
     /// The frames of stack `id`, innermost first.
     pub fn frames(&self, id: StackId) -> impl Iterator<Item = &Frame> + '_ {
-        self.get(id).iter().filter_map(|&f| self.frames.get(f as usize))
+        self.get(id)
+            .iter()
+            .filter_map(|&f| self.frames.get(f as usize))
     }
 
     /// Number of distinct frames.

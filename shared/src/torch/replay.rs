@@ -1,0 +1,597 @@
+//! Reconstructing the allocator state at the start of a recorded trace, and turning a
+//! trace into a request stream for replay.
+//!
+//! The trace is a ring of `max_entries`: its oldest entries may be gone, so the state when
+//! the trace starts is rebuilt from the final `segments` by undoing the trace backwards.
+//! Undoing is exact except for one thing the trace does not say: how big a block was when
+//! it was allocated before the trace began and freed during it. Its size is its rounded
+//! request, or — when the allocator could not have split the rest off (a large-pool
+//! remainder of at most 1 MiB, or an oversize request) — the whole free run it sat in.
+
+use std::collections::BTreeMap;
+
+use super::sim::config::Config;
+use super::sim::rounding::{round_size, MIN_BLOCK, SMALL_BUFFER, SMALL_SIZE};
+use super::snapshot::{Action, Block, BlockState, PoolId, PoolKind, Segment, Snapshot, TraceEvent};
+
+#[derive(Clone, Debug)]
+struct USeg {
+    size: u64,
+    stream: u64,
+    pool: PoolKind,
+    pool_id: PoolId,
+    expandable: bool,
+    stack: u32,
+    /// Blocks by address: (size, state, requested, stack).
+    blocks: BTreeMap<u64, UBlock>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct UBlock {
+    size: u64,
+    state: BlockState,
+    requested: u64,
+    stack: u32,
+}
+
+/// The state at the start of a trace, and what undoing the trace had to guess or skip.
+#[derive(Clone, Debug, Default)]
+pub struct Reconstruction {
+    /// Segments at the start of the trace.
+    pub segments: Vec<Segment>,
+    /// Blocks freed during the trace but allocated before it, whose size was inferred.
+    pub inferred_blocks: u64,
+    /// Of those, how many were given the whole free run (unsplittable remainder).
+    pub inferred_whole: u64,
+    /// Trace entries that did not fit the final state (should be empty).
+    pub anomalies: Vec<String>,
+}
+
+/// Undoes `trace` from `final_segments` (one device) under `cfg`'s rounding and split rules.
+pub fn reconstruct_start(
+    final_segments: &[Segment],
+    trace: &[TraceEvent],
+    cfg: &Config,
+) -> Reconstruction {
+    let mut segs: BTreeMap<u64, USeg> = BTreeMap::new();
+    for s in final_segments {
+        let blocks = s
+            .blocks
+            .iter()
+            .map(|b| {
+                (
+                    b.address,
+                    UBlock {
+                        size: b.size,
+                        state: b.state,
+                        requested: b.requested_size,
+                        stack: b.stack,
+                    },
+                )
+            })
+            .collect();
+        segs.insert(
+            s.address,
+            USeg {
+                size: s.total_size,
+                stream: s.stream,
+                pool: s.pool,
+                pool_id: s.pool_id,
+                expandable: s.is_expandable,
+                stack: s.stack,
+                blocks,
+            },
+        );
+    }
+    let mut r = Reconstruction::default();
+    // Blocks whose size undoing had to infer, until an `alloc` earlier in the trace shows
+    // they were allocated inside it (address → took the whole free run).
+    let mut inferred: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
+    for (i, e) in trace.iter().enumerate().rev() {
+        let res = match e.action {
+            Action::Alloc => {
+                inferred.remove(&e.addr);
+                undo_alloc(&mut segs, e)
+            }
+            Action::FreeRequested => undo_free_requested(&mut segs, e),
+            Action::FreeCompleted => undo_free_completed(&mut segs, e, cfg).map(|whole| {
+                inferred.insert(e.addr, whole);
+            }),
+            Action::SegmentAlloc => undo_segment_alloc(&mut segs, e),
+            Action::SegmentFree => undo_segment_free(&mut segs, e, cfg),
+            Action::SegmentMap => undo_segment_map(&mut segs, e),
+            Action::SegmentUnmap => undo_segment_unmap(&mut segs, e, cfg),
+            Action::Oom | Action::Snapshot | Action::UserDefined | Action::Other => Ok(()),
+        };
+        if let Err(m) = res {
+            if r.anomalies.len() < 100 {
+                r.anomalies.push(format!(
+                    "entry {i} ({} at {:#x}): {m}",
+                    e.action.name(),
+                    e.addr
+                ));
+            }
+        }
+    }
+    r.inferred_blocks = inferred.len() as u64;
+    r.inferred_whole = inferred.values().filter(|&&w| w).count() as u64;
+    r.segments = segs
+        .into_iter()
+        .map(|(addr, s)| Segment {
+            device: final_segments.first().map_or(0, |f| f.device),
+            address: addr,
+            total_size: s.size,
+            stream: s.stream,
+            pool: s.pool,
+            pool_id: s.pool_id,
+            is_expandable: s.expandable,
+            stack: s.stack,
+            blocks: s
+                .blocks
+                .into_iter()
+                .map(|(a, b)| Block {
+                    address: a,
+                    size: b.size,
+                    requested_size: b.requested,
+                    state: b.state,
+                    stack: b.stack,
+                })
+                .collect(),
+        })
+        .collect();
+    r
+}
+
+fn containing(segs: &mut BTreeMap<u64, USeg>, addr: u64) -> Option<(u64, &mut USeg)> {
+    let (&a, s) = segs.range_mut(..=addr).next_back()?;
+    (addr < a + s.size).then_some((a, s))
+}
+
+fn block_containing(s: &USeg, addr: u64) -> Option<(u64, UBlock)> {
+    let (&a, &b) = s.blocks.range(..=addr).next_back()?;
+    (addr < a + b.size).then_some((a, b))
+}
+
+/// Frees the block at `addr` and merges it with free neighbours.
+fn make_free(s: &mut USeg, addr: u64) {
+    let Some(mut b) = s.blocks.remove(&addr) else {
+        return;
+    };
+    b.state = BlockState::Inactive;
+    b.requested = 0;
+    b.stack = 0;
+    let mut start = addr;
+    if let Some((&pa, pb)) = s.blocks.range(..addr).next_back() {
+        if pb.state == BlockState::Inactive && pa + pb.size == addr {
+            let ps = pb.size;
+            s.blocks.remove(&pa);
+            start = pa;
+            b.size += ps;
+        }
+    }
+    let next = start + b.size;
+    if let Some(nb) = s.blocks.get(&next).copied() {
+        if nb.state == BlockState::Inactive {
+            s.blocks.remove(&next);
+            b.size += nb.size;
+        }
+    }
+    s.blocks.insert(start, b);
+}
+
+fn undo_alloc(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result<(), String> {
+    let (_, s) = containing(segs, e.addr).ok_or("outside every segment")?;
+    match s.blocks.get(&e.addr) {
+        Some(b) if b.state == BlockState::ActiveAllocated => {
+            make_free(s, e.addr);
+            Ok(())
+        }
+        Some(b) => Err(format!(
+            "block is {}, expected active_allocated",
+            b.state.name()
+        )),
+        None => Err("no block starts here".into()),
+    }
+}
+
+fn undo_free_requested(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result<(), String> {
+    let (_, s) = containing(segs, e.addr).ok_or("outside every segment")?;
+    match s.blocks.get_mut(&e.addr) {
+        Some(b) if b.state == BlockState::ActivePendingFree => {
+            b.state = BlockState::ActiveAllocated;
+            Ok(())
+        }
+        Some(b) => Err(format!(
+            "block is {}, expected active_pending_free",
+            b.state.name()
+        )),
+        None => Err("no block starts here".into()),
+    }
+}
+
+/// Returns whether the block was given the whole free run.
+fn undo_free_completed(
+    segs: &mut BTreeMap<u64, USeg>,
+    e: &TraceEvent,
+    cfg: &Config,
+) -> Result<bool, String> {
+    let (_, s) = containing(segs, e.addr).ok_or("outside every segment")?;
+    let (fa, fb) = block_containing(s, e.addr).ok_or("no block here")?;
+    if fb.state != BlockState::Inactive {
+        return Err(format!("block is {}, expected inactive", fb.state.name()));
+    }
+    let fend = fa + fb.size;
+    let rounded = round_size(e.size, &cfg.roundup_power2_divisions);
+    let mut size = rounded.min(fend - e.addr);
+    let remainder = fend - e.addr - size;
+    let splittable = |rem: u64| {
+        if s.pool == PoolKind::Small || s.expandable {
+            rem >= MIN_BLOCK
+        } else {
+            rounded < cfg.max_split_size && rem > SMALL_SIZE
+        }
+    };
+    let whole = remainder > 0 && !splittable(remainder);
+    if whole {
+        size = fend - e.addr;
+    }
+    s.blocks.remove(&fa);
+    if e.addr > fa {
+        s.blocks.insert(
+            fa,
+            UBlock {
+                size: e.addr - fa,
+                ..fb
+            },
+        );
+    }
+    s.blocks.insert(
+        e.addr,
+        UBlock {
+            size,
+            state: BlockState::ActivePendingFree,
+            requested: e.size,
+            stack: e.stack,
+        },
+    );
+    if e.addr + size < fend {
+        s.blocks.insert(
+            e.addr + size,
+            UBlock {
+                size: fend - e.addr - size,
+                ..fb
+            },
+        );
+    }
+    Ok(whole)
+}
+
+fn undo_segment_alloc(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result<(), String> {
+    let s = segs.get(&e.addr).ok_or("no segment starts here")?;
+    let whole_free = s.blocks.len() == 1
+        && s.blocks
+            .values()
+            .all(|b| b.state == BlockState::Inactive && b.size == s.size);
+    if s.size != e.size {
+        return Err(format!(
+            "segment is {} bytes, the trace says {}",
+            s.size, e.size
+        ));
+    }
+    segs.remove(&e.addr);
+    if whole_free {
+        Ok(())
+    } else {
+        Err("segment was not entirely free when it was allocated".into())
+    }
+}
+
+fn undo_segment_free(
+    segs: &mut BTreeMap<u64, USeg>,
+    e: &TraceEvent,
+    cfg: &Config,
+) -> Result<(), String> {
+    if let Some((a, _)) = containing(segs, e.addr) {
+        return Err(format!("overlaps the live segment at {a:#x}"));
+    }
+    let pool = if e.size == SMALL_BUFFER && cfg.large_segment_size != SMALL_BUFFER {
+        PoolKind::Small
+    } else {
+        PoolKind::Large
+    };
+    let mut blocks = BTreeMap::new();
+    blocks.insert(
+        e.addr,
+        UBlock {
+            size: e.size,
+            state: BlockState::Inactive,
+            requested: 0,
+            stack: 0,
+        },
+    );
+    segs.insert(
+        e.addr,
+        USeg {
+            size: e.size,
+            stream: e.stream,
+            pool,
+            pool_id: (0, 0),
+            expandable: false,
+            stack: e.stack,
+            blocks,
+        },
+    );
+    Ok(())
+}
+
+/// Removes `[addr, addr + size)` (free) from the mapped range that holds it.
+fn undo_segment_map(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result<(), String> {
+    let (sa, s) = containing(segs, e.addr).ok_or("outside every mapped range")?;
+    if !s.expandable {
+        return Err("maps into a segment that is not expandable".into());
+    }
+    let end = e.addr + e.size;
+    if end > sa + s.size {
+        return Err("runs past the mapped range".into());
+    }
+    let (fa, fb) = block_containing(s, e.addr).ok_or("no block here")?;
+    if fb.state != BlockState::Inactive || fa + fb.size < end {
+        return Err("mapped pages were not free".into());
+    }
+    let mut seg = segs.remove(&sa).ok_or("range vanished")?;
+    seg.blocks.remove(&fa);
+    if fa < e.addr {
+        seg.blocks.insert(
+            fa,
+            UBlock {
+                size: e.addr - fa,
+                ..fb
+            },
+        );
+    }
+    if end < fa + fb.size {
+        seg.blocks.insert(
+            end,
+            UBlock {
+                size: fa + fb.size - end,
+                ..fb
+            },
+        );
+    }
+    let seg_end = sa + seg.size;
+    let before: BTreeMap<u64, UBlock> = seg.blocks.range(..e.addr).map(|(&a, &b)| (a, b)).collect();
+    let after: BTreeMap<u64, UBlock> = seg.blocks.range(end..).map(|(&a, &b)| (a, b)).collect();
+    if e.addr > sa {
+        segs.insert(
+            sa,
+            USeg {
+                size: e.addr - sa,
+                blocks: before,
+                ..seg.clone()
+            },
+        );
+    }
+    if end < seg_end {
+        segs.insert(
+            end,
+            USeg {
+                size: seg_end - end,
+                blocks: after,
+                ..seg
+            },
+        );
+    }
+    Ok(())
+}
+
+/// Puts `[addr, addr + size)` back as a free mapped range, joining adjacent ranges.
+fn undo_segment_unmap(
+    segs: &mut BTreeMap<u64, USeg>,
+    e: &TraceEvent,
+    cfg: &Config,
+) -> Result<(), String> {
+    if let Some((a, _)) = containing(segs, e.addr) {
+        return Err(format!("overlaps the mapped range at {a:#x}"));
+    }
+    let end = e.addr + e.size;
+    let prev = segs
+        .range(..e.addr)
+        .next_back()
+        .filter(|(&a, s)| a + s.size == e.addr && s.expandable && s.stream == e.stream)
+        .map(|(&a, s)| (a, s.pool, s.pool_id));
+    let next = segs
+        .get(&end)
+        .filter(|s| s.expandable && s.stream == e.stream)
+        .map(|s| (s.pool, s.pool_id));
+    let (pool, pool_id) = match (prev, next) {
+        (Some((_, p, id)), _) | (None, Some((p, id))) => (p, id),
+        (None, None) if !e.size.is_multiple_of(cfg.large_segment_size) => (PoolKind::Small, (0, 0)),
+        (None, None) => (PoolKind::Large, (0, 0)),
+    };
+    let mut blocks = BTreeMap::new();
+    blocks.insert(
+        e.addr,
+        UBlock {
+            size: e.size,
+            state: BlockState::Inactive,
+            requested: 0,
+            stack: 0,
+        },
+    );
+    let mut seg = USeg {
+        size: e.size,
+        stream: e.stream,
+        pool,
+        pool_id,
+        expandable: true,
+        stack: e.stack,
+        blocks,
+    };
+    let mut start = e.addr;
+    if let Some((pa, _, _)) = prev {
+        if let Some(p) = segs.remove(&pa) {
+            start = pa;
+            let mut blocks = p.blocks;
+            blocks.extend(seg.blocks);
+            seg = USeg {
+                size: p.size + seg.size,
+                blocks,
+                ..p
+            };
+        }
+    }
+    if next.is_some() {
+        if let Some(n) = segs.remove(&end) {
+            seg.size += n.size;
+            seg.blocks.extend(n.blocks);
+        }
+    }
+    // Join free neighbours around the re-mapped range.
+    make_free_run(&mut seg, e.addr);
+    segs.insert(start, seg);
+    Ok(())
+}
+
+/// Merges the free block at `addr` with free neighbours.
+fn make_free_run(s: &mut USeg, addr: u64) {
+    if s.blocks
+        .get(&addr)
+        .is_some_and(|b| b.state == BlockState::Inactive)
+    {
+        make_free(s, addr);
+    }
+}
+
+/// One request of a replayable workload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Allocate `size` bytes on `stream`, known afterwards as `id`.
+    Alloc {
+        /// Bytes requested.
+        size: u64,
+        /// Stream.
+        stream: u64,
+        /// Request id.
+        id: u32,
+    },
+    /// The program freed `id` (it may still be in use on another stream).
+    FreeRequested {
+        /// Request id.
+        id: u32,
+    },
+    /// `id` returns to the allocator.
+    FreeCompleted {
+        /// Request id.
+        id: u32,
+    },
+    /// `torch.cuda.empty_cache()` (recorded as segment frees that no allocation caused).
+    EmptyCache,
+}
+
+/// A recorded request stream, independent of where the allocator put things.
+#[derive(Clone, Debug, Default)]
+pub struct Workload {
+    /// Requests, in order. Blocks live at the start of the trace come first, in address
+    /// order (allocated, and freed-but-pending where recorded so).
+    pub requests: Vec<Request>,
+    /// Number of distinct ids.
+    pub ids: u32,
+    /// Of the requests, how many recreate blocks live at the start.
+    pub initial: usize,
+    /// Frees of blocks the workload never saw allocated (skipped).
+    pub unmatched_frees: u64,
+    /// Recorded `oom` entries.
+    pub recorded_ooms: u64,
+}
+
+impl Workload {
+    /// Builds the request stream of one device from its start state and trace.
+    pub fn from_trace(start: &[Segment], trace: &[TraceEvent]) -> Workload {
+        let mut w = Workload::default();
+        let mut by_addr: BTreeMap<u64, u32> = BTreeMap::new();
+        let mut pending_free_at_start = Vec::new();
+        for s in start {
+            for b in &s.blocks {
+                if b.state.is_active() {
+                    let id = w.ids;
+                    w.ids += 1;
+                    w.requests.push(Request::Alloc {
+                        size: b.requested_size,
+                        stream: s.stream,
+                        id,
+                    });
+                    by_addr.insert(b.address, id);
+                    if b.state == BlockState::ActivePendingFree {
+                        pending_free_at_start.push(id);
+                    }
+                }
+            }
+        }
+        for id in pending_free_at_start {
+            w.requests.push(Request::FreeRequested { id });
+        }
+        w.initial = w.requests.len();
+        let mut i = 0;
+        while i < trace.len() {
+            let e = &trace[i];
+            match e.action {
+                Action::Alloc => {
+                    let id = w.ids;
+                    w.ids += 1;
+                    by_addr.insert(e.addr, id);
+                    w.requests.push(Request::Alloc {
+                        size: e.size,
+                        stream: e.stream,
+                        id,
+                    });
+                }
+                Action::FreeRequested => match by_addr.get(&e.addr) {
+                    Some(&id) => w.requests.push(Request::FreeRequested { id }),
+                    None => w.unmatched_frees += 1,
+                },
+                Action::FreeCompleted => match by_addr.remove(&e.addr) {
+                    Some(id) => w.requests.push(Request::FreeCompleted { id }),
+                    None => w.unmatched_frees += 1,
+                },
+                Action::SegmentFree | Action::SegmentUnmap => {
+                    // A run of segment frees not followed by an allocation's segment_alloc
+                    // (the retry path) is an empty_cache() call.
+                    let mut j = i;
+                    while j < trace.len()
+                        && matches!(trace[j].action, Action::SegmentFree | Action::SegmentUnmap)
+                    {
+                        j += 1;
+                    }
+                    let retry = j < trace.len()
+                        && matches!(
+                            trace[j].action,
+                            Action::SegmentAlloc | Action::SegmentMap | Action::Oom
+                        );
+                    if !retry {
+                        w.requests.push(Request::EmptyCache);
+                    }
+                    i = j;
+                    continue;
+                }
+                Action::Oom => w.recorded_ooms += 1,
+                _ => {}
+            }
+            i += 1;
+        }
+        w
+    }
+
+    /// Number of trace-level events the workload stands for (allocs + both free steps).
+    pub fn event_count(&self) -> usize {
+        self.requests.len()
+    }
+}
+
+/// The start state and request stream of `device` in `snap`.
+pub fn workload(snap: &Snapshot, device: i32, cfg: &Config) -> (Reconstruction, Workload) {
+    let finals: Vec<Segment> = snap.device_segments(device).cloned().collect();
+    let trace = snap.trace(device);
+    let rec = reconstruct_start(&finals, trace, cfg);
+    let w = Workload::from_trace(&rec.segments, trace);
+    (rec, w)
+}
