@@ -7,4 +7,5 @@
 pub mod cmd;
 pub mod exit;
 pub mod gui;
+pub mod nvml;
 pub mod pipeline;

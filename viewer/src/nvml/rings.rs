@@ -1,0 +1,90 @@
+//! Which GPU processes are probed: the probe keeps a ring file `<pid>.ring` in a per-user
+//! directory, the first usable of `$FRAGPROBE_RING_DIR`, `$XDG_RUNTIME_DIR/fragprobe`,
+//! `/dev/shm/fragprobe-<uid>`, `/tmp/fragprobe-<uid>`.
+
+use std::path::PathBuf;
+
+/// Where ring files may live, for processes of user `uid`.
+#[derive(Clone, Debug, Default)]
+pub struct RingDirs {
+    /// `FRAGPROBE_RING_DIR`, when set.
+    pub explicit: Option<PathBuf>,
+    /// `XDG_RUNTIME_DIR`, when set (only meaningful for the current user).
+    pub xdg_runtime: Option<PathBuf>,
+    /// The current user's uid.
+    pub my_uid: u32,
+}
+
+impl RingDirs {
+    /// From the environment.
+    pub fn from_env() -> RingDirs {
+        let nonempty = |k: &str| {
+            std::env::var_os(k)
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from)
+        };
+        RingDirs {
+            explicit: nonempty("FRAGPROBE_RING_DIR"),
+            xdg_runtime: nonempty("XDG_RUNTIME_DIR"),
+            my_uid: super::procfs::current_uid(),
+        }
+    }
+
+    /// The candidate directories for processes owned by `uid`, in the probe's order.
+    pub fn candidates(&self, uid: u32) -> Vec<PathBuf> {
+        let mut v = Vec::new();
+        if let Some(d) = &self.explicit {
+            v.push(d.clone());
+        }
+        if uid == self.my_uid {
+            if let Some(x) = &self.xdg_runtime {
+                v.push(x.join("fragprobe"));
+            }
+        } else {
+            v.push(PathBuf::from(format!("/run/user/{uid}/fragprobe")));
+        }
+        v.push(PathBuf::from(format!("/dev/shm/fragprobe-{uid}")));
+        v.push(PathBuf::from(format!("/tmp/fragprobe-{uid}")));
+        v
+    }
+
+    /// The ring file of `pid` (owned by `uid`), when one exists.
+    pub fn ring_of(&self, pid: u32, uid: u32) -> Option<PathBuf> {
+        self.candidates(uid)
+            .into_iter()
+            .map(|d| d.join(format!("{pid}.ring")))
+            .find(|p| p.is_file())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_and_lookup() {
+        let dir = std::env::temp_dir().join(format!("fp-rings-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let dirs = RingDirs {
+            explicit: Some(dir.clone()),
+            xdg_runtime: Some("/run/user/1000".into()),
+            my_uid: 1000,
+        };
+        let c = dirs.candidates(1000);
+        assert_eq!(c[0], dir);
+        assert_eq!(c[1], PathBuf::from("/run/user/1000/fragprobe"));
+        assert_eq!(c[2], PathBuf::from("/dev/shm/fragprobe-1000"));
+        assert_eq!(c[3], PathBuf::from("/tmp/fragprobe-1000"));
+        assert_eq!(
+            dirs.candidates(7)[1],
+            PathBuf::from("/run/user/7/fragprobe")
+        );
+        assert_eq!(dirs.ring_of(4_000_000_001, 1000), None);
+        std::fs::write(dir.join("4000000001.ring"), b"x").unwrap();
+        assert_eq!(
+            dirs.ring_of(4_000_000_001, 1000),
+            Some(dir.join("4000000001.ring"))
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
