@@ -1,0 +1,147 @@
+//! Devices: the aggregate of every space on one GPU.
+
+use std::collections::BTreeSet;
+
+use super::metrics::{ArenaFigures, Snapshot, Summary, Totals};
+use super::region::When;
+use super::series::SeriesSet;
+use super::{DeviceId, SpaceId};
+
+/// How a device is identified: by GPU uuid when a `Device` record's metadata gave one,
+/// otherwise by the ordinal in the records.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DeviceKey {
+    /// `GPU-…` uuid.
+    Uuid(String),
+    /// Device ordinal as seen by the processes (-1 = unknown).
+    Ordinal(i16),
+}
+
+/// Descriptive facts about a device.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DeviceInfo {
+    /// `GPU-…` uuid.
+    pub uuid: Option<String>,
+    /// Marketing name.
+    pub name: Option<String>,
+    /// PCI bus id.
+    pub pci_bus_id: Option<String>,
+    /// Total bytes (`Device.size`).
+    pub total_bytes: Option<u64>,
+}
+
+/// The latest driver and NVML samples of a device.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DeviceSamples {
+    /// Free bytes from the last `cuMemGetInfo`.
+    pub driver_free: Option<u64>,
+    /// Total bytes from the last `cuMemGetInfo`.
+    pub driver_total: Option<u64>,
+    /// When that was.
+    pub driver_at: Option<When>,
+    /// Device used bytes from the last NVML sample.
+    pub nvml_used: Option<u64>,
+    /// Device total bytes from the last NVML sample.
+    pub nvml_total: Option<u64>,
+    /// The sampled process's used bytes (if NVML could tell).
+    pub nvml_process_used: Option<u64>,
+    /// When that was.
+    pub nvml_at: Option<When>,
+}
+
+/// One device: the sum of its spaces' totals and the figures of its most constrained
+/// arena.
+#[derive(Clone, Debug)]
+pub struct Device {
+    pub(crate) id: DeviceId,
+    pub(crate) key: DeviceKey,
+    pub(crate) ordinal: i16,
+    pub(crate) info: DeviceInfo,
+    pub(crate) samples: DeviceSamples,
+    pub(crate) totals: Totals,
+    pub(crate) summary: Summary,
+    pub(crate) series: SeriesSet,
+    pub(crate) arena: Option<ArenaFigures>,
+    pub(crate) worst: Option<SpaceId>,
+    /// `(largest free block, space index)` of every space with an arena.
+    pub(crate) arena_set: BTreeSet<(u64, u32)>,
+    pub(crate) spaces: Vec<u32>,
+    pub(crate) exit: Option<Snapshot>,
+}
+
+impl Device {
+    pub(crate) fn new(id: DeviceId, key: DeviceKey, ordinal: i16, cap: usize) -> Device {
+        let uuid = match &key {
+            DeviceKey::Uuid(u) => Some(u.clone()),
+            DeviceKey::Ordinal(_) => None,
+        };
+        Device {
+            id,
+            key,
+            ordinal,
+            info: DeviceInfo {
+                uuid,
+                ..DeviceInfo::default()
+            },
+            samples: DeviceSamples::default(),
+            totals: Totals::default(),
+            summary: Summary::default(),
+            series: SeriesSet::new(cap),
+            arena: None,
+            worst: None,
+            arena_set: BTreeSet::new(),
+            spaces: Vec::new(),
+            exit: None,
+        }
+    }
+
+    /// This device's id.
+    pub fn id(&self) -> DeviceId {
+        self.id
+    }
+    /// How it is identified.
+    pub fn key(&self) -> &DeviceKey {
+        &self.key
+    }
+    /// The ordinal of the first record that named it.
+    pub fn ordinal(&self) -> i16 {
+        self.ordinal
+    }
+    /// Descriptive facts.
+    pub fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+    /// The latest driver and NVML samples.
+    pub fn samples(&self) -> &DeviceSamples {
+        &self.samples
+    }
+    /// Sum of the totals of its spaces.
+    pub fn totals(&self) -> &Totals {
+        &self.totals
+    }
+    /// The arena figures of its most constrained space: the one whose largest free block is
+    /// smallest (ties: the lowest space id). `None` when no space has an arena.
+    pub fn arena(&self) -> Option<ArenaFigures> {
+        self.arena
+    }
+    /// The space whose arena [`Device::arena`] reports.
+    pub fn arena_space(&self) -> Option<SpaceId> {
+        self.worst
+    }
+    /// Peaks and extremes of the device figures.
+    pub fn summary(&self) -> &Summary {
+        &self.summary
+    }
+    /// The time series.
+    pub fn series(&self) -> &SeriesSet {
+        &self.series
+    }
+    /// The spaces on this device.
+    pub fn spaces(&self) -> impl Iterator<Item = SpaceId> + '_ {
+        self.spaces.iter().map(|s| SpaceId(*s))
+    }
+    /// The device's state just before the most recent exit of one of its processes.
+    pub fn exit_snapshot(&self) -> Option<&Snapshot> {
+        self.exit.as_ref()
+    }
+}

@@ -1,0 +1,412 @@
+//! Bounded time series with peak-preserving downsampling.
+//!
+//! A [`Series`] stores points as columns (struct of arrays): time, min, max, last. A point
+//! first covers one pushed value; when the series holds `cap` points, neighbours are merged
+//! pairwise (keeping min, max and the later `last`) and from then on each stored point
+//! covers twice as many pushes. Memory is therefore bounded by `cap` points while no peak
+//! or trough is ever lost, and recent and old data have the same resolution.
+//!
+//! Values are step functions: a value holds until the next point. Times are made
+//! non-decreasing on push (a point earlier than the previous one takes the previous time).
+
+/// One downsampled bucket: the minimum, maximum and last value within `[t, t + width)`.
+/// A bucket with no point of its own carries the value in force at its start.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Bucket {
+    /// Start of the bucket.
+    pub t: u64,
+    /// Lowest value in the bucket.
+    pub min: f64,
+    /// Highest value in the bucket.
+    pub max: f64,
+    /// Value at the bucket's end.
+    pub last: f64,
+}
+
+/// Default number of stored points per series.
+pub const DEFAULT_SERIES_CAP: usize = 16384;
+
+#[derive(Clone, Copy, Debug)]
+struct Pending {
+    t: u64,
+    min: f64,
+    max: f64,
+    last: f64,
+    n: u64,
+}
+
+/// A bounded time series of one metric.
+#[derive(Clone, Debug)]
+pub struct Series {
+    t: Vec<u64>,
+    min: Vec<f64>,
+    max: Vec<f64>,
+    last: Vec<f64>,
+    cap: usize,
+    stride: u64,
+    pending: Option<Pending>,
+    last_t: u64,
+    last_v: Option<f64>,
+}
+
+impl Default for Series {
+    fn default() -> Series {
+        Series::new(DEFAULT_SERIES_CAP)
+    }
+}
+
+impl Series {
+    /// An empty series keeping at most `cap` points (at least 2).
+    pub fn new(cap: usize) -> Series {
+        Series {
+            t: Vec::new(),
+            min: Vec::new(),
+            max: Vec::new(),
+            last: Vec::new(),
+            cap: cap.max(2),
+            stride: 1,
+            pending: None,
+            last_t: 0,
+            last_v: None,
+        }
+    }
+
+    /// Appends a value at time `t`.
+    #[inline]
+    pub fn push(&mut self, t: u64, v: f64) {
+        let t = t.max(self.last_t);
+        self.last_t = t;
+        self.last_v = Some(v);
+        match &mut self.pending {
+            Some(p) => {
+                p.min = p.min.min(v);
+                p.max = p.max.max(v);
+                p.last = v;
+                p.n += 1;
+            }
+            None => {
+                self.pending = Some(Pending {
+                    t,
+                    min: v,
+                    max: v,
+                    last: v,
+                    n: 1,
+                });
+            }
+        }
+        if self.pending.is_some_and(|p| p.n >= self.stride) {
+            self.flush();
+        }
+    }
+
+    /// Appends a value only if it differs from the last one (the step function is the same).
+    #[inline]
+    pub fn push_if_changed(&mut self, t: u64, v: f64) {
+        if self.last_v != Some(v) {
+            self.push(t, v);
+        }
+    }
+
+    fn flush(&mut self) {
+        if let Some(p) = self.pending.take() {
+            self.t.push(p.t);
+            self.min.push(p.min);
+            self.max.push(p.max);
+            self.last.push(p.last);
+            if self.t.len() >= self.cap {
+                self.compact();
+            }
+        }
+    }
+
+    /// Merges neighbouring points pairwise; each point now covers twice as many pushes.
+    fn compact(&mut self) {
+        let n = self.t.len();
+        let mut w = 0;
+        let mut i = 0;
+        while i < n {
+            let j = (i + 1).min(n - 1);
+            self.t[w] = self.t[i];
+            self.min[w] = self.min[i].min(self.min[j]);
+            self.max[w] = self.max[i].max(self.max[j]);
+            self.last[w] = self.last[j];
+            w += 1;
+            i += 2;
+        }
+        self.t.truncate(w);
+        self.min.truncate(w);
+        self.max.truncate(w);
+        self.last.truncate(w);
+        self.stride = self.stride.saturating_mul(2);
+    }
+
+    /// Number of points (stored plus the one being filled).
+    pub fn len(&self) -> usize {
+        self.t.len() + usize::from(self.pending.is_some())
+    }
+
+    /// Whether nothing was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many pushes one stored point covers now.
+    pub fn stride(&self) -> u64 {
+        self.stride
+    }
+
+    /// The last value pushed.
+    pub fn last_value(&self) -> Option<f64> {
+        self.last_v
+    }
+
+    /// Time of the first point.
+    pub fn first_t(&self) -> Option<u64> {
+        self.t.first().copied().or(self.pending.map(|p| p.t))
+    }
+
+    /// Time of the last point.
+    pub fn last_t(&self) -> Option<u64> {
+        self.last_v.map(|_| self.last_t)
+    }
+
+    /// The highest value ever pushed.
+    pub fn max_value(&self) -> Option<f64> {
+        self.points().map(|b| b.max).reduce(f64::max)
+    }
+
+    /// Every point in order, as buckets (a point covers `stride` pushes).
+    pub fn points(&self) -> impl Iterator<Item = Bucket> + '_ {
+        (0..self.len()).map(|i| self.point(i))
+    }
+
+    fn point(&self, i: usize) -> Bucket {
+        if i < self.t.len() {
+            Bucket {
+                t: self.t[i],
+                min: self.min[i],
+                max: self.max[i],
+                last: self.last[i],
+            }
+        } else {
+            let p = self.pending.unwrap_or(Pending {
+                t: 0,
+                min: 0.0,
+                max: 0.0,
+                last: 0.0,
+                n: 0,
+            });
+            Bucket {
+                t: p.t,
+                min: p.min,
+                max: p.max,
+                last: p.last,
+            }
+        }
+    }
+
+    /// Downsamples `[t0, t1)` into at most `buckets` buckets of equal width for plotting.
+    ///
+    /// Every point inside the range lands in exactly one bucket's min/max, so no peak is
+    /// lost. Buckets before the first known value are left out; later buckets without a
+    /// point carry the value in force. Cost: O(buckets + points in range + log points).
+    pub fn downsample(&self, t0: u64, t1: u64, buckets: usize) -> Vec<Bucket> {
+        if buckets == 0 || t1 <= t0 {
+            return Vec::new();
+        }
+        let span = t1 - t0;
+        let width = span.div_ceil(buckets as u64).max(1);
+        let n = span.div_ceil(width);
+        let total = self.len();
+        let mut i = self.t.partition_point(|&t| t < t0);
+        if i == self.t.len() && self.pending.is_some_and(|p| p.t < t0) {
+            i = total;
+        }
+        let mut carry = if i > 0 {
+            Some(self.point(i - 1).last)
+        } else {
+            None
+        };
+        let mut out = Vec::with_capacity(n as usize);
+        for b in 0..n {
+            let start = t0 + b * width;
+            let stop = start.saturating_add(width).min(t1);
+            let mut cur = carry.map(|v| Bucket {
+                t: start,
+                min: v,
+                max: v,
+                last: v,
+            });
+            let mut i_first = true;
+            while i < total {
+                let p = self.point(i);
+                if p.t >= stop {
+                    break;
+                }
+                // A point exactly at the bucket's start replaces the carried value.
+                let carried_only = cur.is_some() && p.t == start && i_first;
+                i_first = false;
+                cur = Some(match cur {
+                    Some(_) if carried_only => Bucket { t: start, ..p },
+                    Some(c) => Bucket {
+                        t: start,
+                        min: c.min.min(p.min),
+                        max: c.max.max(p.max),
+                        last: p.last,
+                    },
+                    None => Bucket { t: start, ..p },
+                });
+                carry = Some(p.last);
+                i += 1;
+            }
+            if let Some(c) = cur {
+                out.push(c);
+            }
+        }
+        out
+    }
+}
+
+/// The metrics a [`SeriesSet`] records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Metric {
+    /// [`Totals::live_bytes`](super::Totals::live_bytes).
+    Live,
+    /// Managed bytes.
+    Managed,
+    /// Mapped VMM bytes.
+    Mapped,
+    /// Reserved VMM address space.
+    Reserved,
+    /// The arena's largest free block.
+    LargestFree,
+    /// The arena's total free bytes.
+    TotalFree,
+    /// The arena's fragmentation ratio.
+    FragRatio,
+    /// NVML's device used bytes (devices only, when sampled).
+    NvmlUsed,
+    /// The driver's used bytes, `total − free` from `cuMemGetInfo` (devices only).
+    DriverUsed,
+}
+
+impl Metric {
+    /// Every metric.
+    pub const ALL: &'static [Metric] = &[
+        Metric::Live,
+        Metric::Managed,
+        Metric::Mapped,
+        Metric::Reserved,
+        Metric::LargestFree,
+        Metric::TotalFree,
+        Metric::FragRatio,
+        Metric::NvmlUsed,
+        Metric::DriverUsed,
+    ];
+    /// Stable name for exports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::Live => "live_bytes",
+            Metric::Managed => "managed_bytes",
+            Metric::Mapped => "mapped_bytes",
+            Metric::Reserved => "reserved_bytes",
+            Metric::LargestFree => "largest_free_bytes",
+            Metric::TotalFree => "total_free_bytes",
+            Metric::FragRatio => "frag_ratio",
+            Metric::NvmlUsed => "nvml_used_bytes",
+            Metric::DriverUsed => "driver_used_bytes",
+        }
+    }
+}
+
+/// The time series of one space or device. Only changes are pushed.
+#[derive(Clone, Debug)]
+pub struct SeriesSet {
+    s: [Series; 9],
+}
+
+impl SeriesSet {
+    /// Empty series of `cap` points each.
+    pub fn new(cap: usize) -> SeriesSet {
+        SeriesSet {
+            s: core::array::from_fn(|_| Series::new(cap)),
+        }
+    }
+
+    /// The series of one metric.
+    pub fn get(&self, m: Metric) -> &Series {
+        &self.s[m as usize]
+    }
+
+    #[inline]
+    pub(crate) fn record(
+        &mut self,
+        t: u64,
+        totals: &super::Totals,
+        arena: Option<&super::ArenaFigures>,
+    ) {
+        self.s[Metric::Live as usize].push_if_changed(t, totals.live_bytes as f64);
+        self.s[Metric::Managed as usize].push_if_changed(t, totals.managed_bytes as f64);
+        self.s[Metric::Mapped as usize].push_if_changed(t, totals.mapped_bytes as f64);
+        self.s[Metric::Reserved as usize].push_if_changed(t, totals.reserved_bytes as f64);
+        if let Some(a) = arena {
+            self.s[Metric::LargestFree as usize].push_if_changed(t, a.largest_free as f64);
+            self.s[Metric::TotalFree as usize].push_if_changed(t, a.total_free as f64);
+            self.s[Metric::FragRatio as usize].push_if_changed(t, a.ratio());
+        }
+    }
+
+    #[inline]
+    pub(crate) fn push(&mut self, m: Metric, t: u64, v: f64) {
+        self.s[m as usize].push_if_changed(t, v);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn downsampling_keeps_the_peak_after_compaction() {
+        let mut s = Series::new(16);
+        for i in 0..10_000u64 {
+            let v = if i == 7777 { 1e9 } else { (i % 100) as f64 };
+            s.push(i * 10, v);
+        }
+        assert!(s.len() <= 16);
+        assert_eq!(s.max_value(), Some(1e9));
+        let b = s.downsample(0, 100_000, 3);
+        assert_eq!(b.len(), 3);
+        assert_eq!(b.iter().map(|b| b.max).fold(0.0, f64::max), 1e9);
+        assert_eq!(b.iter().map(|b| b.min).fold(f64::MAX, f64::min), 0.0);
+    }
+
+    #[test]
+    fn empty_buckets_carry_the_value_in_force() {
+        let mut s = Series::new(100);
+        s.push(10, 1.0);
+        s.push(55, 5.0);
+        s.push(70, 7.0);
+        let b = s.downsample(0, 100, 10);
+        // Nothing before t = 10: the first bucket [0, 10) is left out.
+        assert_eq!(b.first().map(|b| b.t), Some(10));
+        let at = |t: u64| b.iter().find(|x| x.t == t).copied().unwrap();
+        assert_eq!((at(20).min, at(20).max), (1.0, 1.0));
+        assert_eq!((at(50).min, at(50).max, at(50).last), (1.0, 5.0, 5.0));
+        // A point exactly at a bucket's start: the carried value was never in force there.
+        assert_eq!((at(70).min, at(70).max), (7.0, 7.0));
+        assert_eq!(at(90).last, 7.0);
+        // A window starting after all points carries the last value.
+        let late = s.downsample(1000, 2000, 2);
+        assert_eq!(late.len(), 2);
+        assert_eq!(late[0].last, 7.0);
+    }
+
+    #[test]
+    fn time_is_made_monotone() {
+        let mut s = Series::new(100);
+        s.push(100, 1.0);
+        s.push(50, 2.0);
+        assert_eq!(s.points().map(|p| p.t).collect::<Vec<_>>(), vec![100, 100]);
+    }
+}
