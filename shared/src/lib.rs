@@ -9,3 +9,5 @@ pub mod live;
 pub mod ring;
 #[cfg(feature = "consumer")]
 pub mod torch;
+#[cfg(feature = "consumer")]
+pub mod model;
