@@ -80,7 +80,7 @@ impl Vmm {
     }
 }
 
-/// Starts of the entries of `map` overlapping `[a, e)`.
+/// Starts of the entries of `map` overlapping `[a, e)` (none when the range is empty).
 pub(crate) fn overlapping<T>(
     map: &BTreeMap<u64, T>,
     a: u64,
@@ -88,14 +88,15 @@ pub(crate) fn overlapping<T>(
     size: impl Fn(&T) -> u64,
 ) -> Vec<u64> {
     let mut v = Vec::new();
+    if e <= a {
+        return v;
+    }
     if let Some((&ps, x)) = map.range(..a).next_back() {
         if ps + size(x) > a {
             v.push(ps);
         }
     }
-    if e > a {
-        v.extend(map.range(a..e).map(|(k, _)| *k));
-    }
+    v.extend(map.range(a..e).map(|(k, _)| *k));
     v
 }
 
