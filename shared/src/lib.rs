@@ -8,6 +8,8 @@ pub mod format;
 pub mod live;
 pub mod ring;
 #[cfg(feature = "consumer")]
+pub mod trace;
+#[cfg(feature = "consumer")]
 pub mod torch;
 #[cfg(feature = "consumer")]
 pub mod model;

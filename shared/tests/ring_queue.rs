@@ -217,7 +217,7 @@ fn bad_headers_are_refused_with_clear_errors() {
     mem.init(&c);
     let (p, l) = (mem.ptr(), mem.len());
 
-    // SAFETY (all attach calls below): the region is valid for `l` bytes and outlives them.
+    // SAFETY: the region is valid for `l` bytes (more than asked) and outlives the call.
     let e = unsafe { Ring::attach(p, c.file_len() - 8) }.unwrap_err();
     assert_eq!(
         e,
@@ -271,10 +271,8 @@ fn bad_headers_are_refused_with_clear_errors() {
     };
     let (p2, l2) = (m2.ptr(), m2.len());
     // SAFETY: zeroed, aligned and large enough for cfg(16) (bigger than `bad` needs).
-    assert!(matches!(
-        unsafe { Ring::init(p2, l2, &bad, 1, 1) },
-        Err(RingError::BadGeometry(_))
-    ));
+    let e = unsafe { Ring::init(p2, l2, &bad, 1, 1) };
+    assert!(matches!(e, Err(RingError::BadGeometry(_))));
 }
 
 #[test]
