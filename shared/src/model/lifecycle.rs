@@ -109,7 +109,12 @@ impl Model {
                 let pr = &mut self.processes[p as usize];
                 if let Some(i) = pr.pending_dev_meta.iter().position(|(m, _)| *m == meta_ref) {
                     let (_, ordinal) = pr.pending_dev_meta.remove(i);
-                    self.bind_device(p, ordinal, dev_meta(e), 0);
+                    // The total came with the record, which went to the ordinal's device.
+                    let total = e.get_u64("total_bytes").filter(|t| *t > 0).or_else(|| {
+                        let d = self.find_device(pid, ordinal)?;
+                        self.devices.get(d as usize)?.info.total_bytes
+                    });
+                    self.bind_device(p, ordinal, dev_meta(e), total.unwrap_or(0));
                 }
             }
             _ => {}
