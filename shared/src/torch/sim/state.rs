@@ -27,6 +27,14 @@ impl Allocator {
             ranges.sort_by_key(|s| s.address);
             a.load_expandable(pool, stream, &ranges)?;
         }
+        // Peaks start from the loaded state.
+        let s = &mut a.stats;
+        s.reserved_peak = s.reserved;
+        s.allocated_at_reserved_peak = s.allocated;
+        s.allocated_peak = s.allocated;
+        s.active_peak = s.active;
+        s.requested_peak = s.requested;
+        s.inactive_split_peak = s.inactive_split;
         Ok(a)
     }
 

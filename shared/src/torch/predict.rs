@@ -1,0 +1,163 @@
+//! What-if replay: the recorded request stream against other allocator configurations.
+
+use super::figures::{figures, Figures, PeakFigures};
+use super::replay::{workload, Request, Workload};
+use super::sim::address::FirstFit;
+use super::sim::allocator::{Allocator, Stats};
+use super::sim::config::{Config, Version};
+use super::snapshot::Snapshot;
+use super::verify::verify_with;
+
+/// The outcome of replaying a workload under one configuration.
+#[derive(Clone, Debug, Default)]
+pub struct Prediction {
+    /// The `PYTORCH_CUDA_ALLOC_CONF` string.
+    pub conf: String,
+    /// This is the snapshot's own configuration (replayed like the others, for an
+    /// apples-to-apples baseline).
+    pub baseline: bool,
+    /// Why it was not simulated (bad string, `cudaMallocAsync`), if it was not.
+    pub error: Option<String>,
+    /// Peaks over the replay.
+    pub peak: PeakFigures,
+    /// Figures of the final state.
+    pub end: Figures,
+    /// Counters (cudaMalloc/cudaFree, maps/unmaps, retries, OOMs…).
+    pub stats: Stats,
+    /// Allocations that failed with OOM (their later frees are skipped).
+    pub failed_allocs: u64,
+}
+
+/// Replays `w` under `cfg` from an empty allocator (blocks live at the start of the
+/// trace are allocated first, in address order).
+pub fn simulate_workload(w: &Workload, cfg: &Config) -> Prediction {
+    let mut p = Prediction {
+        conf: cfg.source.clone(),
+        ..Prediction::default()
+    };
+    if let Err(e) = cfg.simulable() {
+        p.error = Some(e);
+        return p;
+    }
+    let mut a = Allocator::new(cfg.clone());
+    let mut src = FirstFit::new();
+    let mut addr = vec![0u64; w.ids as usize];
+    for r in &w.requests {
+        match *r {
+            Request::Alloc { size, stream, id } => match a.malloc(size, stream, &mut src) {
+                Ok(x) => addr[id as usize] = x,
+                Err(_) => p.failed_allocs += 1,
+            },
+            Request::FreeRequested { id } => {
+                let x = addr[id as usize];
+                if x != 0 {
+                    let _ = a.free_requested(x);
+                }
+            }
+            Request::FreeCompleted { id } => {
+                let x = std::mem::take(&mut addr[id as usize]);
+                if x != 0 {
+                    let _ = a.free_completed(x);
+                }
+            }
+            Request::EmptyCache => a.release_cached_blocks(&mut src),
+        }
+    }
+    p.peak = PeakFigures::from(a.stats());
+    p.end = figures(&a.segments(0));
+    p.stats = a.stats().clone();
+    p
+}
+
+/// The recorded run, as replayed exactly by the verifier.
+#[derive(Clone, Debug, Default)]
+pub struct Recorded {
+    /// Peaks over the trace (from the reconstructed start state).
+    pub peak: PeakFigures,
+    /// Figures of the snapshot's final state.
+    pub end: Figures,
+    /// Counters of the replay.
+    pub stats: Stats,
+    /// Whether the replay matched the recording exactly (so these figures are exact).
+    pub exact: bool,
+}
+
+/// Predictions for one device.
+#[derive(Clone, Debug, Default)]
+pub struct PredictReport {
+    /// Device ordinal.
+    pub device: i32,
+    /// Requests replayed (allocs and both free steps, plus blocks live at the start).
+    pub requests: usize,
+    /// Of those, blocks live at the start of the trace.
+    pub initial_blocks: usize,
+    /// Capacity the replays ran against (`None` = unlimited).
+    pub capacity: Option<u64>,
+    /// The recorded run.
+    pub recorded: Recorded,
+    /// One per configuration, in the order given.
+    pub predictions: Vec<Prediction>,
+}
+
+/// Replays device `device` of `snap` under each configuration string in `confs`. The
+/// snapshot's own configuration comes first (marked by its `conf` string, which may be
+/// empty). `capacity` limits the device (`None`: unlimited — snapshots do not record the
+/// device's total).
+pub fn predict(
+    snap: &Snapshot,
+    device: i32,
+    confs: &[String],
+    version: Version,
+    capacity: Option<u64>,
+) -> PredictReport {
+    let own = match &snap.settings {
+        Some(s) => Config::from_settings(s, version).unwrap_or_else(|_| Config {
+            version,
+            ..Config::default()
+        }),
+        None => Config {
+            version,
+            ..Config::default()
+        },
+    };
+    let (_, w) = workload(snap, device, &own);
+    let mut report = PredictReport {
+        device,
+        requests: w.requests.len(),
+        initial_blocks: w.initial,
+        capacity,
+        ..PredictReport::default()
+    };
+    if let Ok(v) = verify_with(snap, &own) {
+        if let Some(d) = v.devices.iter().find(|d| d.device == device) {
+            report.recorded = Recorded {
+                peak: PeakFigures::from(&d.stats),
+                end: figures(&snap.device_segments(device).cloned().collect::<Vec<_>>()),
+                stats: d.stats.clone(),
+                exact: d.alloc_address_matches == d.alloc_events && d.final_state_matches,
+            };
+        }
+    }
+    let mut own_run = own.clone();
+    own_run.capacity = capacity;
+    own_run.device_total = capacity;
+    let mut base = simulate_workload(&w, &own_run);
+    base.baseline = true;
+    report.predictions.push(base);
+    for c in confs {
+        let p = match Config::parse(c, version) {
+            Ok(mut cfg) => {
+                cfg.capacity = capacity;
+                cfg.device_total = capacity;
+                simulate_workload(&w, &cfg)
+            }
+            Err(e) => Prediction {
+                conf: c.clone(),
+                error: Some(e.to_string()),
+                ..Prediction::default()
+            },
+        };
+        report.predictions.push(p);
+    }
+    report
+}
