@@ -56,6 +56,16 @@ pub fn driver() -> Result<&'static Driver, u32> {
     DRIVER.get_or_init(load).as_ref().map_err(|&e| e)
 }
 
+/// Reinterprets a driver entry point as a typed function pointer.
+///
+/// # Safety
+/// `F` must be the `unsafe extern "C" fn` type of the function at `p`.
+unsafe fn fn_from_ptr<F: Copy>(p: Ptr) -> F {
+    const { assert!(std::mem::size_of::<F>() == std::mem::size_of::<Ptr>()) };
+    // SAFETY: same size (checked above); validity per the caller's contract.
+    unsafe { std::mem::transmute_copy::<Ptr, F>(&p) }
+}
+
 fn parse_request(line: &str) -> Option<(&str, c_int, u64)> {
     let (name, rest) = line.split_once(", ver=")?;
     let (ver, flags) = rest.split_once(", flags=")?;
@@ -74,7 +84,7 @@ fn load() -> Result<Driver, u32> {
         return Err(CUDA_RT_ERROR_INSUFFICIENT_DRIVER);
     }
     // SAFETY: cuGetProcAddress_v2 has this signature in every CUDA 12 driver.
-    let get_proc: GetProc = unsafe { std::mem::transmute::<*mut c_void, GetProc>(sym) };
+    let get_proc: GetProc = unsafe { fn_from_ptr(sym) };
 
     let mut found: HashMap<(String, c_int, u64), Ptr> = HashMap::new();
     for line in REQUESTS.lines() {
@@ -101,7 +111,7 @@ fn load() -> Result<Driver, u32> {
             let p = get($name, $ver, $flags)?;
             // SAFETY: the driver returned this entry point for this name and version; its C
             // signature is the one the field declares (CUDA 12.8 driver API).
-            unsafe { std::mem::transmute::<Ptr, _>(p) }
+            unsafe { fn_from_ptr(p) }
         }};
     }
     let d = Driver {
