@@ -94,11 +94,15 @@ impl Monitor {
     }
 
     fn enrich_device(&self, dev: &mut DeviceSample) {
+        let capacity = dev.memory.as_ref().ok().map(|m| m.total);
         if let Ok(list) = dev.processes.as_mut() {
             for p in list.iter_mut() {
                 p.info = self.procfs.info(p.pid);
                 let uid = p.info.as_ref().map(|i| i.uid).unwrap_or(self.rings.my_uid);
-                p.probe = self.rings.ring_of(p.pid, uid).map(super::live::probe_info);
+                p.probe = self
+                    .rings
+                    .ring_of(p.pid, uid)
+                    .map(|ring| super::live::probe_info(ring, capacity));
             }
         }
         for m in dev.mig.iter_mut() {
