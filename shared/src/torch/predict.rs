@@ -8,6 +8,22 @@ use super::sim::config::{Config, Version};
 use super::snapshot::Snapshot;
 use super::verify::verify_with;
 
+/// A sweep of commonly recommended settings (with the snapshot's own settings, which are
+/// always replayed first, that makes 12 configurations).
+pub const DEFAULT_SWEEP: [&str; 11] = [
+    "expandable_segments:True",
+    "max_split_size_mb:128",
+    "max_split_size_mb:512",
+    "expandable_segments:True,max_split_size_mb:128",
+    "roundup_power2_divisions:4",
+    "roundup_power2_divisions:[256:1,512:2,1024:4,>:8]",
+    "roundup_power2_divisions:4,max_non_split_rounding_mb:512",
+    "max_split_size_mb:256,max_non_split_rounding_mb:256",
+    "large_segment_size_mb:64",
+    "expandable_segments:True,large_segment_size_mb:64",
+    "garbage_collection_threshold:0.6,per_process_memory_fraction:0.9",
+];
+
 /// The outcome of replaying a workload under one configuration.
 #[derive(Clone, Debug, Default)]
 pub struct Prediction {
