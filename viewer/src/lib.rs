@@ -7,5 +7,8 @@
 pub mod cmd;
 pub mod exit;
 pub mod gui;
+pub mod load;
 pub mod nvml;
 pub mod pipeline;
+pub mod record;
+pub mod report;

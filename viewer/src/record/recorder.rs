@@ -1,0 +1,376 @@
+//! Drains every ring in a directory (or one attached ring) into a trace and a sink.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use fragprobe_shared::format::{Api, EventKind, Record, DEVICE_UNKNOWN};
+use fragprobe_shared::live::resync_records_at;
+use fragprobe_shared::ring::{list_rings, monotonic_ns, DrainEnd, RingFile};
+use fragprobe_shared::trace::TraceWriter;
+
+/// How long a claimed-but-uncommitted slot may wait before it is skipped, when the
+/// producing process is gone / still alive.
+const PENDING_DEAD_NS: u64 = 50_000_000;
+const PENDING_ALIVE_NS: u64 = 5_000_000_000;
+/// A consumer heartbeat older than this lets another consumer take the ring over.
+const STALE_CONSUMER_NS: u64 = 3_000_000_000;
+
+/// What the recorder does with each ring.
+#[derive(Clone, Debug, Default)]
+pub struct RecorderOptions {
+    /// Only this pid (for `attach PID`).
+    pub only_pid: Option<u32>,
+    /// Remove ring files of processes that ended once they are drained (rings of a
+    /// `fragprobe run` session directory, never a user's per-user directory).
+    pub remove_finished: bool,
+    /// Start with a resync from the live table and skip the backlog (attaching to a
+    /// process that has been running).
+    pub attach_late: bool,
+}
+
+struct Attached {
+    file: RingFile,
+    pid: u32,
+    seen_dropped: u64,
+    pending_since: Option<(u64, u64)>,
+    metas: HashSet<u64>,
+    saw_exit: bool,
+    finished: bool,
+    /// Records with seq below this were already covered by a resync: skip them.
+    skip_below: u64,
+}
+
+/// Counters of one [`Recorder::poll`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PollStats {
+    /// Records delivered (including synthesised loss/resync/exit records).
+    pub records: u64,
+    /// Rings attached this poll.
+    pub attached: u32,
+    /// Rings whose process ended and that are fully drained, this poll.
+    pub finished: u32,
+}
+
+/// Drains rings into a trace writer and a sink.
+pub struct Recorder {
+    dir: Option<PathBuf>,
+    opts: RecorderOptions,
+    rings: Vec<Attached>,
+    known: HashMap<PathBuf, ()>,
+    writer: Option<TraceWriter<std::io::BufWriter<std::fs::File>>>,
+    batch: Vec<Record>,
+    total: u64,
+    lost: u64,
+    pids: Vec<u32>,
+}
+
+impl Recorder {
+    /// A recorder over every ring that appears in `dir`.
+    pub fn new(dir: &Path, writer: Option<TraceWriter<std::io::BufWriter<std::fs::File>>>, opts: RecorderOptions) -> Recorder {
+        Recorder {
+            dir: Some(dir.to_path_buf()),
+            opts,
+            rings: Vec::new(),
+            known: HashMap::new(),
+            writer,
+            batch: Vec::with_capacity(4096),
+            total: 0,
+            lost: 0,
+            pids: Vec::new(),
+        }
+    }
+
+    /// A recorder over one ring file (`attach`).
+    pub fn attach_file(path: &Path, writer: Option<TraceWriter<std::io::BufWriter<std::fs::File>>>, opts: RecorderOptions) -> anyhow::Result<Recorder> {
+        let mut r = Recorder { dir: None, ..Recorder::new(Path::new("."), writer, opts) };
+        r.dir = None;
+        let file = RingFile::open(path)?;
+        r.adopt(path.to_path_buf(), file)?;
+        Ok(r)
+    }
+
+    /// Processes seen so far.
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
+    }
+
+    /// Records delivered so far.
+    pub fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Events the producers dropped (ring full) or that were skipped, so far.
+    pub fn lost(&self) -> u64 {
+        self.lost
+    }
+
+    /// Whether any ring is still attached and not finished.
+    pub fn active(&self) -> bool {
+        self.rings.iter().any(|r| !r.finished)
+    }
+
+    /// Rings ever attached.
+    pub fn rings_seen(&self) -> usize {
+        self.known.len()
+    }
+
+    fn adopt(&mut self, path: PathBuf, file: RingFile) -> anyhow::Result<()> {
+        let now = monotonic_ns();
+        if !file.acquire_consumer(now, STALE_CONSUMER_NS) {
+            anyhow::bail!(
+                "{} is being drained by another fragprobe (heartbeat within {} s); stop it first",
+                path.display(),
+                STALE_CONSUMER_NS / 1_000_000_000
+            );
+        }
+        let pid = file.pid();
+        self.known.insert(path, ());
+        if !self.pids.contains(&pid) {
+            self.pids.push(pid);
+        }
+        let mut a = Attached {
+            pid,
+            seen_dropped: file.dropped(),
+            file,
+            pending_since: None,
+            metas: HashSet::new(),
+            saw_exit: false,
+            finished: false,
+            skip_below: 0,
+        };
+        if self.opts.attach_late || a.seen_dropped > 0 {
+            a.skip_below = if self.opts.attach_late { a.file.tail() } else { 0 };
+            let mut out = Vec::new();
+            Self::resync(&mut a, &mut out);
+            self.emit_vec(&mut a, out)?;
+        }
+        self.rings.push(a);
+        Ok(())
+    }
+
+    fn resync(a: &mut Attached, out: &mut Vec<Record>) {
+        let recs = resync_records_at(&a.file, monotonic_ns());
+        out.extend(recs);
+    }
+
+    fn discover(&mut self) -> u32 {
+        let Some(dir) = self.dir.clone() else { return 0 };
+        let mut n = 0;
+        for info in list_rings(&dir) {
+            if self.known.contains_key(&info.path) {
+                continue;
+            }
+            if self.opts.only_pid.is_some_and(|p| p != info.pid) {
+                continue;
+            }
+            match RingFile::open(&info.path) {
+                Ok(f) => {
+                    if let Err(e) = self.adopt(info.path.clone(), f) {
+                        eprintln!("fragprobe: {e:#}");
+                        self.known.insert(info.path, ());
+                    } else {
+                        n += 1;
+                    }
+                }
+                Err(e) => {
+                    // A ring that is being created may not be sized yet: try again next poll.
+                    if std::fs::metadata(&info.path).map(|m| m.len() > 4096).unwrap_or(false) {
+                        eprintln!("fragprobe: skipping {}: {e}", info.path.display());
+                        self.known.insert(info.path, ());
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    fn emit_vec(&mut self, a: &mut Attached, recs: Vec<Record>) -> anyhow::Result<()> {
+        for r in recs {
+            self.emit(a, r)?;
+        }
+        Ok(())
+    }
+
+    fn emit(&mut self, a: &mut Attached, r: Record) -> anyhow::Result<()> {
+        if r.meta != 0 && a.metas.insert(r.meta) {
+            if let (Some(w), Some(bytes)) = (self.writer.as_mut(), a.file.meta(r.meta)) {
+                w.write_meta(a.pid, r.meta, bytes)?;
+            }
+        }
+        if r.kind == EventKind::ProcessExit as u16 {
+            a.saw_exit = true;
+        }
+        self.batch.push(r);
+        self.total += 1;
+        Ok(())
+    }
+
+    fn flush_batch(&mut self, sink: &mut dyn FnMut(&Record, &Recorder)) -> anyhow::Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.batch);
+        if let Some(w) = self.writer.as_mut() {
+            w.write_records(&batch)?;
+        }
+        for r in &batch {
+            sink(r, self);
+        }
+        self.batch = batch;
+        self.batch.clear();
+        Ok(())
+    }
+
+    /// The metadata entry a record points at, from its process's ring.
+    pub fn meta_of(&self, r: &Record) -> Option<&[u8]> {
+        self.rings.iter().find(|a| a.pid == r.pid).and_then(|a| a.file.meta(r.meta))
+    }
+
+    /// Discovers new rings and drains every ring once; records go to the trace and `sink`.
+    pub fn poll(&mut self, sink: &mut dyn FnMut(&Record, &Recorder)) -> anyhow::Result<PollStats> {
+        let mut stats = PollStats { attached: self.discover(), ..PollStats::default() };
+        let before = self.total;
+        let now = monotonic_ns();
+        let mut rings = std::mem::take(&mut self.rings);
+        let rings_meta: Vec<(u32, u64)> = rings.iter().map(|a| (a.pid, a.file.start_ns())).collect();
+        for a in rings.iter_mut().filter(|a| !a.finished) {
+            a.file.heartbeat(now);
+            self.drain_one(a, now)?;
+            self.flush_batch(sink)?;
+            if !a.finished && ended(a, &rings_meta) {
+                // The process is gone: one last drain, then close its story.
+                self.drain_one(a, now)?;
+                if !a.saw_exit {
+                    let rec = Record {
+                        ts_ns: now,
+                        pid: a.pid,
+                        kind: EventKind::ProcessExit as u16,
+                        api: Api::Consumer as u16,
+                        device: DEVICE_UNKNOWN,
+                        seq: a.file.tail(),
+                        ..Record::default()
+                    };
+                    self.emit(a, rec)?;
+                }
+                self.flush_batch(sink)?;
+                a.finished = true;
+                a.file.release_consumer();
+                stats.finished += 1;
+            }
+        }
+        if self.opts.remove_finished {
+            for a in rings.iter().filter(|a| a.finished) {
+                let _ = std::fs::remove_file(a.file.path());
+            }
+            rings.retain(|a| !a.finished);
+        }
+        self.rings = rings;
+        if let Some(w) = self.writer.as_mut() {
+            w.flush()?;
+        }
+        stats.records = self.total - before;
+        Ok(stats)
+    }
+
+    fn drain_one(&mut self, a: &mut Attached, now: u64) -> anyhow::Result<()> {
+        loop {
+            let mut got = Vec::new();
+            let skip_below = a.skip_below;
+            let st = a.file.drain(65536, &mut |r: &Record| {
+                if r.seq >= skip_below && r.kind != 0 {
+                    got.push(*r);
+                }
+            });
+            self.emit_vec(a, got)?;
+            let dropped = a.file.dropped() + a.file.skipped();
+            if dropped > a.seen_dropped {
+                let lost = dropped - a.seen_dropped;
+                a.seen_dropped = dropped;
+                self.lost += lost;
+                let mut out = vec![Record {
+                    ts_ns: now,
+                    pid: a.pid,
+                    kind: EventKind::Loss as u16,
+                    api: Api::Consumer as u16,
+                    device: DEVICE_UNKNOWN,
+                    addr: a.file.head(),
+                    size: lost,
+                    seq: a.file.head(),
+                    ..Record::default()
+                }];
+                Self::resync(a, &mut out);
+                self.emit_vec(a, out)?;
+            }
+            match st.end {
+                DrainEnd::Max => continue,
+                DrainEnd::Empty => {
+                    a.pending_since = None;
+                    return Ok(());
+                }
+                DrainEnd::Pending { seq } => {
+                    let since = match a.pending_since {
+                        Some((s, t)) if s == seq => t,
+                        _ => {
+                            a.pending_since = Some((seq, now));
+                            now
+                        }
+                    };
+                    let waited = now.saturating_sub(since);
+                    let alive = process_alive(a.pid);
+                    let give_up = (!alive && waited >= PENDING_DEAD_NS) || waited >= PENDING_ALIVE_NS;
+                    if give_up && a.file.skip_pending(seq) {
+                        a.pending_since = None;
+                        continue;
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Drains until every ring's process has ended or `deadline_ns` passes.
+    pub fn finish(&mut self, deadline_ns: u64, sink: &mut dyn FnMut(&Record, &Recorder)) -> anyhow::Result<()> {
+        loop {
+            self.poll(sink)?;
+            if !self.active() || monotonic_ns() >= deadline_ns {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        for a in &self.rings {
+            a.file.release_consumer();
+        }
+        if let Some(w) = self.writer.as_mut() {
+            w.flush()?;
+        }
+        Ok(())
+    }
+
+    /// The trace writer, to add checkpoints or run information.
+    pub fn writer(&mut self) -> Option<&mut TraceWriter<std::io::BufWriter<std::fs::File>>> {
+        self.writer.as_mut()
+    }
+}
+
+/// Whether the process image behind a ring has ended: it marked the ring exited, the
+/// process is gone, or it `exec`ed (a newer ring with the same pid exists).
+fn ended(a: &Attached, all: &[(u32, u64)]) -> bool {
+    let start = a.file.start_ns();
+    a.file.flags() & fragprobe_shared::ring::EXITED != 0
+        || !process_alive(a.pid)
+        || all.iter().any(|&(pid, s)| pid == a.pid && s > start)
+}
+
+fn process_alive(pid: u32) -> bool {
+    let Ok(p) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(p, 0) };
+    if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
+        return false;
+    }
+    // A zombie (exited, not yet reaped by its parent) counts as ended.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')).unwrap_or(true),
+        Err(_) => false,
+    }
+}

@@ -1,0 +1,248 @@
+//! `fragprobe run`/`record`: start a command with the probe preloaded, drain every ring
+//! its processes create, forward signals, and pass on the command's exit status.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use anyhow::Context;
+use fragprobe_shared::format::Record;
+use fragprobe_shared::ring::monotonic_ns;
+use fragprobe_shared::trace::TraceWriter;
+
+use super::recorder::{Recorder, RecorderOptions};
+use crate::exit;
+
+/// How a session runs.
+#[derive(Clone, Debug, Default)]
+pub struct SessionOptions {
+    /// The command and its arguments.
+    pub command: Vec<OsString>,
+    /// Where the trace goes (`None`: no trace file).
+    pub trace: Option<PathBuf>,
+    /// `Some(spec)`: run on the simulated GPU (`None` inside = default spec).
+    pub simulated_gpu: Option<Option<String>>,
+    /// Do not preload the probe (baseline for overhead measurements).
+    pub no_probe: bool,
+    /// Extra environment for the command.
+    pub env: Vec<(OsString, OsString)>,
+}
+
+/// A running session.
+pub struct Session {
+    /// The recorder draining the session's rings.
+    pub recorder: Recorder,
+    child: Child,
+    dir: PathBuf,
+    /// The trace file, if any.
+    pub trace: Option<PathBuf>,
+    started_ns: u64,
+}
+
+static FORWARD: AtomicI32 = AtomicI32::new(0);
+static CHILD_PID: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int) {
+    let pid = CHILD_PID.load(Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+    FORWARD.store(sig, Ordering::Relaxed);
+}
+
+fn install_forwarding() {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2] {
+        // SAFETY: installing an async-signal-safe handler (it only calls kill and stores an atomic).
+        unsafe { libc::signal(sig, forward_signal as *const () as libc::sighandler_t) };
+    }
+}
+
+/// The directory of the running `fragprobe` executable: where `cargo build` puts
+/// `libfragprobe.so` and the simulated GPU's libraries too.
+pub fn artifact_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("FRAGPROBE_ARTIFACT_DIR") {
+        return PathBuf::from(d);
+    }
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// The probe library: `$FRAGPROBE_PROBE_LIB`, else beside the executable, else `../lib`.
+pub fn probe_library() -> anyhow::Result<PathBuf> {
+    if let Some(p) = std::env::var_os("FRAGPROBE_PROBE_LIB") {
+        return Ok(PathBuf::from(p));
+    }
+    let dir = artifact_dir();
+    for cand in [dir.join("libfragprobe.so"), dir.join("../lib/libfragprobe.so")] {
+        if cand.is_file() {
+            return Ok(cand);
+        }
+    }
+    anyhow::bail!(
+        "libfragprobe.so not found beside {} (build it with `cargo build --release`, or set FRAGPROBE_PROBE_LIB)",
+        dir.display()
+    )
+}
+
+/// A fresh private session directory for the rings of one run.
+pub fn session_dir() -> anyhow::Result<PathBuf> {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let base = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(|x| PathBuf::from(x).join("fragprobe"))
+        .filter(|p| std::fs::create_dir_all(p).is_ok())
+        .or_else(|| Some(PathBuf::from(format!("/dev/shm/fragprobe-{uid}"))).filter(|p| std::fs::create_dir_all(p).is_ok()))
+        .unwrap_or_else(|| PathBuf::from(format!("/tmp/fragprobe-{uid}")));
+    std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+    let dir = base.join(format!("session-{}-{}", std::process::id(), monotonic_ns()));
+    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
+    Ok(dir)
+}
+
+/// `fragprobe-<command>-<YYYYMMDD-HHMMSS>.fpt`.
+pub fn default_trace_name(command: &[OsString]) -> PathBuf {
+    let prog = command
+        .first()
+        .map(|c| Path::new(c).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default())
+        .unwrap_or_else(|| "run".into());
+    let prog: String = prog.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').collect();
+    PathBuf::from(format!("fragprobe-{}-{}.fpt", if prog.is_empty() { "run" } else { &prog }, utc_stamp()))
+}
+
+fn utc_stamp() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem / 60 % 60, rem % 60)
+}
+
+/// Why a command could not be started, as the exit code a shell would give.
+pub struct SpawnError {
+    /// 126 or 127.
+    pub code: u8,
+    /// One line for the user.
+    pub message: String,
+}
+
+impl Session {
+    /// Starts the command. Errors that a shell would report (not found, not executable)
+    /// come back as [`SpawnError`] inside the `Ok` so the caller can exit like a shell.
+    pub fn start(opts: &SessionOptions) -> anyhow::Result<Result<Session, SpawnError>> {
+        let Some(program) = opts.command.first() else {
+            anyhow::bail!("no command given: use `fragprobe run -- CMD ARGS…`");
+        };
+        let dir = session_dir()?;
+        let mut cmd = Command::new(program);
+        cmd.args(&opts.command[1..]);
+        cmd.env("FRAGPROBE_RING_DIR", &dir);
+        cmd.env("FRAGPROBE_SESSION", dir.file_name().unwrap_or_default());
+        if !opts.no_probe {
+            let probe = probe_library()?;
+            let preload = match std::env::var_os("LD_PRELOAD") {
+                Some(old) if !old.is_empty() => {
+                    let mut v = probe.clone().into_os_string();
+                    v.push(":");
+                    v.push(old);
+                    v
+                }
+                _ => probe.into_os_string(),
+            };
+            cmd.env("LD_PRELOAD", preload);
+        }
+        if let Some(spec) = &opts.simulated_gpu {
+            let lib_dir = fragprobe_simgpu::prepare_lib_dir(&artifact_dir(), &dir.join("simgpu-lib"))
+                .context("preparing the simulated GPU's libraries")?;
+            for (k, v) in fragprobe_simgpu::sim_env(spec.as_deref(), &lib_dir) {
+                cmd.env(k, v);
+            }
+        }
+        for (k, v) in &opts.env {
+            cmd.env(k, v);
+        }
+        let writer = match &opts.trace {
+            Some(p) => Some(TraceWriter::create(p).with_context(|| format!("creating trace file {}", p.display()))?),
+            None => None,
+        };
+        install_forwarding();
+        let child = match cmd.spawn() {
+            Ok(c) => c,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                if let Some(p) = &opts.trace {
+                    let _ = std::fs::remove_file(p);
+                }
+                let name = program.to_string_lossy();
+                return Ok(Err(match e.kind() {
+                    std::io::ErrorKind::NotFound => SpawnError { code: exit::NOT_FOUND, message: format!("fragprobe: {name}: command not found") },
+                    std::io::ErrorKind::PermissionDenied => SpawnError { code: exit::NOT_EXECUTABLE, message: format!("fragprobe: {name}: permission denied") },
+                    _ => SpawnError { code: exit::NOT_EXECUTABLE, message: format!("fragprobe: {name}: cannot execute: {e}") },
+                }));
+            }
+        };
+        CHILD_PID.store(child.id() as i32, Ordering::Relaxed);
+        let recorder = Recorder::new(&dir, writer, RecorderOptions { remove_finished: true, ..RecorderOptions::default() });
+        Ok(Ok(Session { recorder, child, dir, trace: opts.trace.clone(), started_ns: monotonic_ns() }))
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The session's ring directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Nanoseconds since the command started.
+    pub fn elapsed_ns(&self) -> u64 {
+        monotonic_ns().saturating_sub(self.started_ns)
+    }
+
+    /// Drains until the command exits, then until its rings are done (children that
+    /// outlive it get two more seconds). Calls `sink` for every record.
+    pub fn wait(&mut self, sink: &mut dyn FnMut(&Record, &Recorder)) -> anyhow::Result<ExitStatus> {
+        let mut idle = 0u32;
+        let status = loop {
+            let stats = self.recorder.poll(sink)?;
+            if let Some(st) = self.child.try_wait()? {
+                break st;
+            }
+            idle = if stats.records == 0 { (idle + 1).min(20) } else { 0 };
+            std::thread::sleep(std::time::Duration::from_micros(500 + 500 * idle as u64));
+        };
+        CHILD_PID.store(0, Ordering::Relaxed);
+        self.recorder.finish(monotonic_ns() + 2_000_000_000, sink)?;
+        Ok(status)
+    }
+
+    /// Removes the session directory.
+    pub fn cleanup(&self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The exit code a shell would report for `status`.
+pub fn shell_code(status: &ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c as u8,
+        (None, Some(sig)) => 128u8.wrapping_add(sig as u8),
+        _ => exit::INTERNAL,
+    }
+}
