@@ -250,7 +250,7 @@ struct Fields {
 impl LiveTable {
     /// Bytes a table of `capacity` entries needs (header included).
     pub const fn bytes_for(capacity: usize) -> usize {
-        LIVE_HEADER + capacity * LIVE_ENTRY_SIZE
+        LIVE_HEADER.saturating_add(capacity.saturating_mul(LIVE_ENTRY_SIZE))
     }
 
     /// A view of the table at `base`. `None` when `capacity` is not a power of two, or
