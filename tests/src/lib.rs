@@ -1,1 +1,3 @@
 //! Helpers for the end-to-end tests.
+
+pub mod sim;

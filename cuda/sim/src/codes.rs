@@ -253,6 +253,7 @@ pub const NVML_ERROR_NOT_FOUND: u32 = 6;
 pub const NVML_ERROR_INSUFFICIENT_SIZE: u32 = 7;
 pub const NVML_ERROR_DRIVER_NOT_LOADED: u32 = 9;
 pub const NVML_ERROR_FUNCTION_NOT_FOUND: u32 = 13;
+pub const NVML_ERROR_ARGUMENT_VERSION_MISMATCH: u32 = 25;
 pub const NVML_ERROR_UNKNOWN: u32 = 999;
 
 /// (value, message) of `nvmlReturn_t`, as `nvmlErrorString` returns them.
@@ -275,17 +276,19 @@ pub const NVML_CODES: &[(u32, &str)] = &[
     (15, "GPU is lost\0"),
     (16, "GPU requires restart\0"),
     (17, "Operating System Call Failed\0"),
-    (18, "Reset Required\0"),
+    (18, "RM has detected an NVML/RM version mismatch\0"),
     (19, "In use by another client\0"),
     (20, "Memory Error\0"),
     (21, "No Data\0"),
-    (22, "Insufficient Resources\0"),
-    (23, "Freq Not Supported\0"),
-    (24, "Argument Version Mismatch\0"),
-    (25, "Deprecated\0"),
-    (26, "Not Ready\0"),
-    (27, "GPU Not Found\0"),
-    (28, "Invalid State\0"),
+    (22, "vGPU ECC Not Supported\0"),
+    (23, "Insufficient Resources\0"),
+    (24, "Freq Not Supported\0"),
+    (25, "Argument Version Mismatch\0"),
+    (26, "Deprecated\0"),
+    (27, "Not Ready\0"),
+    (28, "GPU Not Found\0"),
+    (29, "Invalid State\0"),
+    (30, "Reset Type Not Supported\0"),
     (999, "Unknown Error\0"),
 ];
 
