@@ -183,18 +183,24 @@ pub fn format_uuid(u: &[u8; 16], out: &mut [u8; 40]) -> usize {
 /// Samples `cuMemGetInfo_v2` if the last sample is older than [`SAMPLE_EVERY_NS`] or the
 /// consumer asked for one.
 pub fn maybe_sample(ring: &Ring, now: u64) {
+    sample(ring, now, false);
+}
+
+/// Samples `cuMemGetInfo_v2` now when `force` (a failed allocation: its verdict needs the
+/// driver's view at that moment), else as [`maybe_sample`] says.
+pub fn sample(ring: &Ring, now: u64, force: bool) {
     let last = LAST_SAMPLE_NS.load(Ordering::Relaxed);
-    let asked = ring.flags() & SAMPLE_REQUESTED != 0;
+    let asked = force || ring.flags() & SAMPLE_REQUESTED != 0;
     if !asked && now.saturating_sub(last) < SAMPLE_EVERY_NS {
         return;
     }
-    if LAST_SAMPLE_NS
+    let won = LAST_SAMPLE_NS
         .compare_exchange(last, now, Ordering::AcqRel, Ordering::Relaxed)
-        .is_err()
-    {
+        .is_ok();
+    if !won && !force {
         return;
     }
-    if asked {
+    if asked && !force {
         ring.clear_flag(SAMPLE_REQUESTED);
     }
     let p = MEM_GET_INFO.get();

@@ -122,6 +122,10 @@ pub fn alloc(
             let s = seen(r);
             let dev = s.device.unwrap_or_else(device::current);
             device::describe(ring, dev);
+            if r != 0 {
+                // The verdict of a failed allocation needs the driver's free bytes now.
+                device::sample(ring, t1, true);
+            }
             let rec = build(kind, api, &s, dev, r, t0, t1);
             let live = class.filter(|_| r == 0 && s.addr != 0).map(|c| (s.addr, c));
             push_with_live(ring, rec, live);

@@ -956,7 +956,19 @@ pub fn ring_file_name(pid: u32, buf: &mut [u8]) -> Option<&[u8]> {
 
 /// Parses a ring file name (`<pid>.ring`) back into the pid.
 pub fn parse_ring_file_name(name: &[u8]) -> Option<u32> {
-    let digits = name.strip_suffix(b".ring")?;
+    let stem = name.strip_suffix(b".ring")?;
+    // `<pid>.ring`, or `<pid>-<start_ns>.ring` as the probe writes it (a process that
+    // `exec`s keeps its pid; the start time keeps the two images' rings apart).
+    let digits = match stem.iter().position(|&c| c == b'-') {
+        Some(i) => {
+            let start = &stem[i + 1..];
+            if start.is_empty() || !start.iter().all(u8::is_ascii_digit) {
+                return None;
+            }
+            &stem[..i]
+        }
+        None => stem,
+    };
     if digits.is_empty() || digits.len() > 10 || !digits.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -1131,5 +1143,8 @@ mod tests {
         assert_eq!(parse_ring_file_name(b"4242.ring"), Some(4242));
         assert_eq!(parse_ring_file_name(b"99999999999.ring"), None);
         assert_eq!(parse_ring_file_name(b"x.ring"), None);
+        assert_eq!(parse_ring_file_name(b"4242-123456789.ring"), Some(4242));
+        assert_eq!(parse_ring_file_name(b"4242-.ring"), None);
+        assert_eq!(parse_ring_file_name(b"4242-12x.ring"), None);
     }
 }

@@ -34,7 +34,10 @@ pub fn coded(e: TraceError) -> CodedError {
         TraceError::Version { .. } => exit::VERSION,
         _ => exit::BAD_INPUT,
     };
-    CodedError { code, message: e.to_string() }
+    CodedError {
+        code,
+        message: e.to_string(),
+    }
 }
 
 /// A replayed trace.
@@ -112,12 +115,20 @@ pub fn load(path: &Path, quiet: bool) -> Result<Loaded, CodedError> {
     let trace = Trace::open(path).map_err(coded)?;
     let warnings = trace.warnings().to_vec();
     let (model, first_ns, last_ns) = replay(&trace, quiet);
-    Ok(Loaded { trace, model, warnings, first_ns, last_ns })
+    Ok(Loaded {
+        trace,
+        model,
+        warnings,
+        first_ns,
+        last_ns,
+    })
 }
 
 /// Turns any error into (exit code, message).
 pub fn exit_code_of(e: &anyhow::Error) -> u8 {
-    e.downcast_ref::<CodedError>().map(|c| c.code).unwrap_or(exit::INTERNAL)
+    e.downcast_ref::<CodedError>()
+        .map(|c| c.code)
+        .unwrap_or(exit::INTERNAL)
 }
 
 /// Reads a whole file, naming it in the error.

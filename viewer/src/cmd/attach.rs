@@ -12,7 +12,7 @@ use fragprobe_shared::trace::TraceWriter;
 use crate::record::{Recorder, RecorderOptions};
 use crate::report::print_summary;
 
-use super::run::ModelSink;
+use crate::record::ModelSink;
 
 /// Options of `fragprobe attach`.
 #[derive(clap::Args, Debug, Clone)]
@@ -47,7 +47,13 @@ pub fn probed_processes() -> Vec<RingInfo> {
 
 fn cmdline(pid: u32) -> String {
     std::fs::read(format!("/proc/{pid}/cmdline"))
-        .map(|b| b.split(|c| *c == 0).filter(|s| !s.is_empty()).map(|s| String::from_utf8_lossy(s).into_owned()).collect::<Vec<_>>().join(" "))
+        .map(|b| {
+            b.split(|c| *c == 0)
+                .filter(|s| !s.is_empty())
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
         .unwrap_or_default()
 }
 
@@ -62,11 +68,22 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         }
         println!("{:>8}  {:<6}  {:<40}  RING", "PID", "STATE", "COMMAND");
         for r in &rings {
-            println!("{:>8}  {:<6}  {:<40}  {}", r.pid, if r.alive { "alive" } else { "ended" }, cmdline(r.pid), r.path.display());
+            println!(
+                "{:>8}  {:<6}  {:<40}  {}",
+                r.pid,
+                if r.alive { "alive" } else { "ended" },
+                cmdline(r.pid),
+                r.path.display()
+            );
         }
         return Ok(ExitCode::SUCCESS);
     };
-    let Some(info) = rings.iter().rev().find(|r| r.pid == pid && r.alive).or_else(|| rings.iter().rev().find(|r| r.pid == pid)) else {
+    let Some(info) = rings
+        .iter()
+        .rev()
+        .find(|r| r.pid == pid && r.alive)
+        .or_else(|| rings.iter().rev().find(|r| r.pid == pid))
+    else {
         eprintln!("fragprobe: process {pid} has no ring (was it started with LD_PRELOAD=libfragprobe.so, and has it used CUDA yet?)");
         return Ok(ExitCode::from(crate::exit::NO_INPUT));
     };
@@ -78,19 +95,36 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         name
     });
     let writer = TraceWriter::create(&out)?;
-    let mut rec = Recorder::attach_file(&info.path, Some(writer), RecorderOptions { only_pid: Some(pid), attach_late: true, ..Default::default() })?;
+    let mut rec = Recorder::attach_file(
+        &info.path,
+        Some(writer),
+        RecorderOptions {
+            only_pid: Some(pid),
+            attach_late: true,
+            ..Default::default()
+        },
+    )?;
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: the handler only stores an atomic.
         unsafe { libc::signal(sig, on_stop as *const () as libc::sighandler_t) };
     }
-    eprintln!("fragprobe: recording process {pid} ({}) into {} — Ctrl-C to stop", cmdline(pid), out.display());
+    eprintln!(
+        "fragprobe: recording process {pid} ({}) into {} — Ctrl-C to stop",
+        cmdline(pid),
+        out.display()
+    );
     let mut sink = ModelSink::default();
     let start = std::time::Instant::now();
     loop {
         let mut f = |r: &Record, recd: &Recorder| sink.apply(r, recd);
         rec.poll(&mut f)?;
         sink.checkpoint_if_due(&mut rec)?;
-        if !rec.active() || STOP.load(Ordering::Relaxed) || args.duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d) {
+        if !rec.active()
+            || STOP.load(Ordering::Relaxed)
+            || args
+                .duration
+                .is_some_and(|d| start.elapsed().as_secs_f64() >= d)
+        {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(2));

@@ -35,14 +35,26 @@ pub struct Args {
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let exe = std::env::current_exe()?;
     let opts = SessionOptions {
-        command: vec![exe.into_os_string(), "__demo-workload".into(), args.iterations.to_string().into()],
+        command: vec![
+            exe.into_os_string(),
+            "__demo-workload".into(),
+            args.iterations.to_string().into(),
+        ],
         trace: Some(args.output.clone()),
         simulated_gpu: Some(Some(DEMO_GPU.to_string())),
         no_probe: false,
         env: vec![
-            ("PYTORCH_CUDA_ALLOC_CONF".into(), "demo:native-caching".into()),
+            (
+                "FRAGPROBE_LABEL".into(),
+                "demo (native caching allocator)".into(),
+            ),
             // A private simulated device: the demo never mixes with other simulated runs.
-            ("FRAGPROBE_SIM_STATE".into(), std::env::temp_dir().join(format!("fragprobe-demo-{}.state", std::process::id())).into()),
+            (
+                "FRAGPROBE_SIM_STATE".into(),
+                std::env::temp_dir()
+                    .join(format!("fragprobe-demo-{}.state", std::process::id()))
+                    .into(),
+            ),
         ],
     };
     let code = super::run::run_session(&opts, true, false, false)?;
@@ -50,16 +62,26 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let _ = std::fs::remove_file(state);
     let report = super::report::report_of(&args.output, true)?;
     print!("{}", crate::report::render(&report));
-    let frag = report.failed_allocations.iter().any(|f| f.verdict == "fragmentation");
+    let frag = report
+        .failed_allocations
+        .iter()
+        .any(|f| f.verdict == "fragmentation");
     if frag {
         println!("\nThe demo's final cudaMalloc failed with FRAGMENTATION: the device had enough free memory in total, but no single hole was large enough.");
     }
-    let display = std::env::var_os("DISPLAY").is_some() || std::env::var_os("WAYLAND_DISPLAY").is_some();
+    let display =
+        std::env::var_os("DISPLAY").is_some() || std::env::var_os("WAYLAND_DISPLAY").is_some();
     if display && !args.no_view {
-        println!("Opening the viewer: fragprobe view {}", args.output.display());
+        println!(
+            "Opening the viewer: fragprobe view {}",
+            args.output.display()
+        );
         return crate::cmd::open_viewer(&args.output);
     }
-    println!("\nNext: fragprobe view {0}   ·   fragprobe export --format chrome {0} -o demo.json", args.output.display());
+    println!(
+        "\nNext: fragprobe view {0}   ·   fragprobe export --format chrome {0} -o demo.json",
+        args.output.display()
+    );
     let _ = code;
     Ok(ExitCode::SUCCESS)
 }
@@ -127,57 +149,53 @@ impl Caching<'_> {
 /// The workload `fragprobe demo` runs under the probe (hidden subcommand).
 pub fn workload(iterations: u32) -> anyhow::Result<ExitCode> {
     // SAFETY: loading the CUDA runtime (the simulated one under `fragprobe demo`).
-    let lib = unsafe { libloading::Library::new("libcudart.so.12") }
-        .map_err(|e| anyhow::anyhow!("cannot load libcudart.so.12 ({e}); run this through `fragprobe demo`"))?;
+    let lib = unsafe { libloading::Library::new("libcudart.so.12") }.map_err(|e| {
+        anyhow::anyhow!("cannot load libcudart.so.12 ({e}); run this through `fragprobe demo`")
+    })?;
     // SAFETY: the runtime's documented signatures.
     let cuda = unsafe {
-        Cuda { malloc: *lib.get::<Malloc>(b"cudaMalloc\0")?, free: *lib.get::<Free>(b"cudaFree\0")? }
-    };
-    let mut alloc = Caching { cuda: &cuda, cache: Vec::new() };
-    // Weights: persistent medium tensors (20 MiB segments) and one embedding table.
-    let mut weights = Vec::new();
-    for _ in 0..24 {
-        weights.extend(alloc.malloc(4 * MIB));
-    }
-    weights.extend(alloc.malloc(300 * MIB));
-    // Training iterations: activations grow with the sequence length; optimizer state and
-    // gradient buckets are allocated between them and stay.
-    let mut state = Vec::new();
-    for it in 0..iterations as usize {
-        let mut acts = Vec::new();
-        for layer in 0..8 {
-            acts.extend(alloc.malloc((120 + 10 * it + 3 * layer) * MIB));
-            if layer % 2 == 0 {
-                acts.extend(alloc.malloc(512 * 1024));
-            }
+        Cuda {
+            malloc: *lib.get::<Malloc>(b"cudaMalloc\0")?,
+            free: *lib.get::<Free>(b"cudaFree\0")?,
         }
-        state.extend(alloc.malloc(18 * MIB + it * MIB));
-        for a in acts.into_iter().rev() {
+    };
+    let mut alloc = Caching {
+        cuda: &cuda,
+        cache: Vec::new(),
+    };
+    // Weights: persistent medium tensors, each in its own 20 MiB segment.
+    let mut persistent: Vec<(usize, *mut c_void)> =
+        (0..24).filter_map(|_| alloc.malloc(4 * MIB)).collect();
+    // Training: the sequence length grows, so each iteration's activation is larger than
+    // any cached segment and needs a new one; small gradient buckets reuse 2 MiB
+    // segments; a slice of optimizer state stays after every iteration.
+    for it in 0..iterations as usize {
+        let act = alloc.malloc((400 + 10 * it) * MIB);
+        let buckets: Vec<_> = (0..6).filter_map(|_| alloc.malloc(512 * 1024)).collect();
+        persistent.extend(alloc.malloc(20 * MIB));
+        for b in buckets {
+            alloc.free(b);
+        }
+        if let Some(a) = act {
             alloc.free(a);
         }
-        // The sequence length changes: cached segments no longer fit, PyTorch frees them.
-        alloc.empty_cache();
-        let mut keep = Vec::new();
-        for _ in 0..4 {
-            keep.extend(alloc.malloc(150 * MIB));
-            state.extend(alloc.malloc(16 * MIB));
-        }
-        for k in keep {
-            alloc.free(k);
-        }
-        alloc.empty_cache();
     }
-    // A long sequence arrives: one large activation. Enough memory is free in total, but
-    // the persistent state is scattered across the device, so no hole is large enough.
+    // A long sequence arrives. The first cudaMalloc fails because the cache holds the old
+    // activations; PyTorch frees the cache and retries — and the retry fails too: enough
+    // memory is free in total, but the optimizer state is scattered across the device, so
+    // no hole is large enough. That is fragmentation.
     let big = 1400 * MIB;
     match alloc.malloc(big) {
         Some(b) => alloc.free(b),
-        None => eprintln!("demo workload: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {} MiB", big / MIB),
+        None => eprintln!(
+            "demo workload: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {} MiB",
+            big / MIB
+        ),
     }
     alloc.empty_cache();
-    for w in weights.into_iter().chain(state) {
+    for (_, p) in persistent {
         // SAFETY: pointers from cudaMalloc, freed once.
-        unsafe { (cuda.free)(w.1) };
+        unsafe { (cuda.free)(p) };
     }
     Ok(ExitCode::SUCCESS)
 }

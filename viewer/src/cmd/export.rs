@@ -51,12 +51,25 @@ fn open_out(p: &PathBuf) -> anyhow::Result<Box<dyn Write>> {
 }
 
 /// The figures of the device a record touched, after it was applied.
-fn device_row(model: &Model, r: &Record) -> Option<(i16, fragprobe_shared::model::Snapshot, Option<u64>, Option<u64>)> {
+fn device_row(
+    model: &Model,
+    r: &Record,
+) -> Option<(
+    i16,
+    fragprobe_shared::model::Snapshot,
+    Option<u64>,
+    Option<u64>,
+)> {
     let sid = model.space_id(r.pid, r.device)?;
     let space = model.space(sid)?;
     let dev = model.device(space.device())?;
     let snap = model.device_final(dev.id());
-    Some((dev.ordinal(), snap, dev.samples().nvml_used, dev.samples().driver_free))
+    Some((
+        dev.ordinal(),
+        snap,
+        dev.samples().nvml_used,
+        dev.samples().driver_free,
+    ))
 }
 
 fn is_state_change(k: Option<EventKind>) -> bool {
@@ -73,7 +86,9 @@ fn csv(trace: &Trace, out: &mut dyn Write) -> anyhow::Result<u64> {
         if !is_state_change(r.kind()) {
             continue;
         }
-        let Some((ord, snap, nvml, dfree)) = device_row(&model, &r) else { continue };
+        let Some((ord, snap, nvml, dfree)) = device_row(&model, &r) else {
+            continue;
+        };
         let t0 = *first.get_or_insert(r.ts_ns);
         let a = snap.arena;
         writeln!(
@@ -124,29 +139,58 @@ fn chrome(trace: &Trace, out: &mut dyn Write) -> anyhow::Result<u64> {
         let us = r.ts_ns as f64 / 1000.0;
         t_end = t_end.max(r.ts_ns);
         if r.pid != 0 && named_pids.insert(r.pid) {
-            emit(out, json!({"ph":"M","name":"process_name","pid":r.pid,"args":{"name":format!("pid {}", r.pid)}}))?;
+            emit(
+                out,
+                json!({"ph":"M","name":"process_name","pid":r.pid,"args":{"name":format!("pid {}", r.pid)}}),
+            )?;
         }
         if r.kind == EventKind::ProcessStart as u16 {
             if let Some(p) = model.process(r.pid) {
                 let name = p.info().cmdline.join(" ");
-                emit(out, json!({"ph":"M","name":"process_name","pid":r.pid,"args":{"name":format!("{} (pid {})", name, r.pid)}}))?;
+                emit(
+                    out,
+                    json!({"ph":"M","name":"process_name","pid":r.pid,"args":{"name":format!("{} (pid {})", name, r.pid)}}),
+                )?;
             }
         }
         if r.tid != 0 && named_tids.insert((r.pid, r.tid)) {
-            emit(out, json!({"ph":"M","name":"thread_name","pid":r.pid,"tid":r.tid,"args":{"name":format!("thread {}", r.tid)}}))?;
+            emit(
+                out,
+                json!({"ph":"M","name":"thread_name","pid":r.pid,"tid":r.tid,"args":{"name":format!("thread {}", r.tid)}}),
+            )?;
         }
         let kind = r.kind();
-        let alloc_like = matches!(kind, Some(EventKind::Alloc | EventKind::AsyncAlloc | EventKind::ManagedAlloc | EventKind::MemCreate));
-        let free_like = matches!(kind, Some(EventKind::Free | EventKind::AsyncFree | EventKind::MemRelease));
+        let alloc_like = matches!(
+            kind,
+            Some(
+                EventKind::Alloc
+                    | EventKind::AsyncAlloc
+                    | EventKind::ManagedAlloc
+                    | EventKind::MemCreate
+            )
+        );
+        let free_like = matches!(
+            kind,
+            Some(EventKind::Free | EventKind::AsyncFree | EventKind::MemRelease)
+        );
         let api = r.api().map(|a| a.name()).unwrap_or("?");
         if alloc_like && r.ok() {
             open.insert((r.pid, r.addr), (r.seq, r));
-            emit(out, json!({"ph":"b","cat":"allocation","name":format!("{} {}", crate::report::bytes(r.size), api),"id":format!("{}:{}", r.pid, r.seq),"pid":r.pid,"tid":r.tid,"ts":us,"args":{"addr":format!("{:#x}", r.addr),"size":r.size,"device":r.device}}))?;
+            emit(
+                out,
+                json!({"ph":"b","cat":"allocation","name":format!("{} {}", crate::report::bytes(r.size), api),"id":format!("{}:{}", r.pid, r.seq),"pid":r.pid,"tid":r.tid,"ts":us,"args":{"addr":format!("{:#x}", r.addr),"size":r.size,"device":r.device}}),
+            )?;
         } else if alloc_like {
-            emit(out, json!({"ph":"i","s":"p","cat":"failure","name":format!("FAILED {} {} (result {})", api, crate::report::bytes(r.size), r.result),"pid":r.pid,"tid":r.tid,"ts":us}))?;
+            emit(
+                out,
+                json!({"ph":"i","s":"p","cat":"failure","name":format!("FAILED {} {} (result {})", api, crate::report::bytes(r.size), r.result),"pid":r.pid,"tid":r.tid,"ts":us}),
+            )?;
         } else if free_like && r.ok() {
             if let Some((seq, a)) = open.remove(&(r.pid, r.addr)) {
-                emit(out, json!({"ph":"e","cat":"allocation","name":format!("{} {}", crate::report::bytes(a.size), a.api().map(|x| x.name()).unwrap_or("?")),"id":format!("{}:{}", r.pid, seq),"pid":r.pid,"tid":a.tid,"ts":us}))?;
+                emit(
+                    out,
+                    json!({"ph":"e","cat":"allocation","name":format!("{} {}", crate::report::bytes(a.size), a.api().map(|x| x.name()).unwrap_or("?")),"id":format!("{}:{}", r.pid, seq),"pid":r.pid,"tid":a.tid,"ts":us}),
+                )?;
             }
         }
         if is_state_change(kind) {
@@ -156,21 +200,34 @@ fn chrome(trace: &Trace, out: &mut dyn Write) -> anyhow::Result<u64> {
                 if last_counter.get(&key).is_none_or(|t| r.ts_ns >= t + 1000) {
                     last_counter.insert(key, r.ts_ns);
                     let a = snap.arena;
-                    let mut mem = json!({"live": snap.totals.live_bytes, "mapped": snap.totals.mapped_bytes});
+                    let mut mem =
+                        json!({"live": snap.totals.live_bytes, "mapped": snap.totals.mapped_bytes});
                     if let Some(v) = nvml {
                         mem["nvml_used"] = json!(v);
                     }
-                    emit(out, json!({"ph":"C","name":format!("device {ord} memory (bytes)"),"pid":r.pid,"ts":us,"args":mem}))?;
+                    emit(
+                        out,
+                        json!({"ph":"C","name":format!("device {ord} memory (bytes)"),"pid":r.pid,"ts":us,"args":mem}),
+                    )?;
                     if let Some(a) = a {
-                        emit(out, json!({"ph":"C","name":format!("device {ord} largest free block (bytes)"),"pid":r.pid,"ts":us,"args":{"largest_free":a.largest_free,"total_free":a.total_free}}))?;
-                        emit(out, json!({"ph":"C","name":format!("device {ord} fragmentation ratio"),"pid":r.pid,"ts":us,"args":{"ratio":a.ratio()}}))?;
+                        emit(
+                            out,
+                            json!({"ph":"C","name":format!("device {ord} largest free block (bytes)"),"pid":r.pid,"ts":us,"args":{"largest_free":a.largest_free,"total_free":a.total_free}}),
+                        )?;
+                        emit(
+                            out,
+                            json!({"ph":"C","name":format!("device {ord} fragmentation ratio"),"pid":r.pid,"ts":us,"args":{"ratio":a.ratio()}}),
+                        )?;
                     }
                 }
             }
         }
     }
     for ((pid, _), (seq, a)) in open {
-        emit(out, json!({"ph":"e","cat":"allocation","name":format!("{} {}", crate::report::bytes(a.size), a.api().map(|x| x.name()).unwrap_or("?")),"id":format!("{}:{}", pid, seq),"pid":pid,"tid":a.tid,"ts":t_end as f64 / 1000.0,"args":{"live_at_end":true}}))?;
+        emit(
+            out,
+            json!({"ph":"e","cat":"allocation","name":format!("{} {}", crate::report::bytes(a.size), a.api().map(|x| x.name()).unwrap_or("?")),"id":format!("{}:{}", pid, seq),"pid":pid,"tid":a.tid,"ts":t_end as f64 / 1000.0,"args":{"live_at_end":true}}),
+        )?;
     }
     out.write_all(b"\n]}\n")?;
     Ok(n)
@@ -189,7 +246,16 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     };
     out.flush()?;
     if args.output.as_os_str() != "-" {
-        eprintln!("fragprobe: wrote {} ({} {})", args.output.display(), n, if args.format == Format::Csv { "rows" } else { "trace events" });
+        eprintln!(
+            "fragprobe: wrote {} ({} {})",
+            args.output.display(),
+            n,
+            if args.format == Format::Csv {
+                "rows"
+            } else {
+                "trace events"
+            }
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

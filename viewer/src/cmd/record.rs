@@ -28,7 +28,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let opts = SessionOptions {
         command: args.command.clone(),
         trace: Some(args.output.clone()),
-        simulated_gpu: args.simulated_gpu.as_ref().map(|s| (!s.is_empty()).then(|| s.clone())),
+        simulated_gpu: args
+            .simulated_gpu
+            .as_ref()
+            .map(|s| (!s.is_empty()).then(|| s.clone())),
         no_probe: false,
         env: Vec::new(),
     };

@@ -19,7 +19,13 @@ pub struct Args {
 /// Builds the report of a trace file.
 pub fn report_of(path: &std::path::Path, quiet: bool) -> anyhow::Result<Report> {
     let l = load(path, quiet)?;
-    Ok(Report::build(&l.model, &path.display().to_string(), l.warnings, l.first_ns, l.last_ns))
+    Ok(Report::build(
+        &l.model,
+        &path.display().to_string(),
+        l.warnings,
+        l.first_ns,
+        l.last_ns,
+    ))
 }
 
 /// `fragprobe report`.

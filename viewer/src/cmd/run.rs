@@ -4,14 +4,8 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use fragprobe_shared::format::{MetaEntry, Record};
-use fragprobe_shared::model::Model;
-
-use crate::record::{default_trace_name, shell_code, Recorder, Session, SessionOptions};
-use crate::report::{print_summary, Report};
-
-/// Write a model checkpoint into the trace every this many records.
-pub const CHECKPOINT_EVERY: u64 = 1 << 20;
+use crate::record::{default_trace_name, shell_code, ModelSink, Session, SessionOptions};
+use crate::report::print_summary;
 
 /// Options of `fragprobe run`.
 #[derive(clap::Args, Debug, Clone)]
@@ -48,74 +42,32 @@ impl Args {
         let trace = if self.no_record || self.no_probe {
             None
         } else {
-            Some(self.record.clone().unwrap_or_else(|| default_trace_name(&self.command)))
+            Some(
+                self.record
+                    .clone()
+                    .unwrap_or_else(|| default_trace_name(&self.command)),
+            )
         };
         SessionOptions {
             command: self.command.clone(),
             trace,
-            simulated_gpu: self.simulated_gpu.as_ref().map(|s| (!s.is_empty()).then(|| s.clone())),
+            simulated_gpu: self
+                .simulated_gpu
+                .as_ref()
+                .map(|s| (!s.is_empty()).then(|| s.clone())),
             no_probe: self.no_probe,
             env: Vec::new(),
         }
     }
 }
 
-/// Feeds a model from recorder callbacks and writes checkpoints.
-pub struct ModelSink {
-    /// The model.
-    pub model: Model,
-    /// First and last timestamps seen.
-    pub first_ns: u64,
-    /// Last timestamp.
-    pub last_ns: u64,
-    since_checkpoint: u64,
-    pending_checkpoint: bool,
-}
-
-impl Default for ModelSink {
-    fn default() -> ModelSink {
-        ModelSink { model: Model::new(), first_ns: u64::MAX, last_ns: 0, since_checkpoint: 0, pending_checkpoint: false }
-    }
-}
-
-impl ModelSink {
-    /// Applies one record from the recorder.
-    pub fn apply(&mut self, r: &Record, rec: &Recorder) {
-        let meta = if r.meta != 0 { rec.meta_of(r).and_then(MetaEntry::parse) } else { None };
-        self.model.apply_with_meta(r, meta.as_ref());
-        if r.ts_ns != 0 {
-            self.first_ns = self.first_ns.min(r.ts_ns);
-            self.last_ns = self.last_ns.max(r.ts_ns);
-        }
-        self.since_checkpoint += 1;
-        if self.since_checkpoint >= CHECKPOINT_EVERY {
-            self.since_checkpoint = 0;
-            self.pending_checkpoint = true;
-        }
-    }
-
-    /// Writes a checkpoint if one is due.
-    pub fn checkpoint_if_due(&mut self, rec: &mut Recorder) -> anyhow::Result<()> {
-        if self.pending_checkpoint {
-            self.pending_checkpoint = false;
-            let bytes = self.model.checkpoint();
-            if let Some(w) = rec.writer() {
-                let at = w.events_written();
-                w.write_checkpoint(at, &bytes)?;
-            }
-        }
-        Ok(())
-    }
-
-    /// The report of what was recorded.
-    pub fn report(&self, source: &str) -> Report {
-        let first = if self.first_ns == u64::MAX { 0 } else { self.first_ns };
-        Report::build(&self.model, source, Vec::new(), first, self.last_ns)
-    }
-}
-
 /// Runs a session to completion, printing the summary; returns the command's exit code.
-pub fn run_session(opts: &SessionOptions, quiet: bool, json: bool, view: bool) -> anyhow::Result<ExitCode> {
+pub fn run_session(
+    opts: &SessionOptions,
+    quiet: bool,
+    json: bool,
+    view: bool,
+) -> anyhow::Result<ExitCode> {
     let mut session = match Session::start(opts)? {
         Ok(s) => s,
         Err(e) => {
@@ -127,15 +79,15 @@ pub fn run_session(opts: &SessionOptions, quiet: bool, json: bool, view: bool) -
         eprintln!("fragprobe: the live viewer needs a display; recording headless (open the trace with `fragprobe view`)");
     }
     let mut sink = ModelSink::default();
-    let status = {
-        let mut f = |r: &Record, rec: &Recorder| sink.apply(r, rec);
-        let st = session.wait(&mut f);
-        session.cleanup();
-        st?
-    };
-    sink.checkpoint_if_due(&mut session.recorder)?;
+    let status = session.wait(&mut sink);
+    session.cleanup();
+    let status = status?;
     let code = shell_code(&status);
-    let source = session.trace.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "(live)".into());
+    let source = session
+        .trace
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "(live)".into());
     let report = sink.report(&source);
     if !opts.no_probe && session.recorder.rings_seen() == 0 && !quiet {
         eprintln!(

@@ -6,8 +6,11 @@
 
 mod recorder;
 mod session;
+mod sink;
 
 pub use recorder::{PollStats, Recorder, RecorderOptions};
 pub use session::{
-    artifact_dir, default_trace_name, probe_library, session_dir, shell_code, Session, SessionOptions, SpawnError,
+    artifact_dir, default_trace_name, probe_library, session_dir, shell_code, Session,
+    SessionOptions, SpawnError,
 };
+pub use sink::{ModelSink, CHECKPOINT_EVERY};

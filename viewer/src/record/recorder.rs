@@ -66,7 +66,11 @@ pub struct Recorder {
 
 impl Recorder {
     /// A recorder over every ring that appears in `dir`.
-    pub fn new(dir: &Path, writer: Option<TraceWriter<std::io::BufWriter<std::fs::File>>>, opts: RecorderOptions) -> Recorder {
+    pub fn new(
+        dir: &Path,
+        writer: Option<TraceWriter<std::io::BufWriter<std::fs::File>>>,
+        opts: RecorderOptions,
+    ) -> Recorder {
         Recorder {
             dir: Some(dir.to_path_buf()),
             opts,
@@ -81,8 +85,15 @@ impl Recorder {
     }
 
     /// A recorder over one ring file (`attach`).
-    pub fn attach_file(path: &Path, writer: Option<TraceWriter<std::io::BufWriter<std::fs::File>>>, opts: RecorderOptions) -> anyhow::Result<Recorder> {
-        let mut r = Recorder { dir: None, ..Recorder::new(Path::new("."), writer, opts) };
+    pub fn attach_file(
+        path: &Path,
+        writer: Option<TraceWriter<std::io::BufWriter<std::fs::File>>>,
+        opts: RecorderOptions,
+    ) -> anyhow::Result<Recorder> {
+        let mut r = Recorder {
+            dir: None,
+            ..Recorder::new(Path::new("."), writer, opts)
+        };
         r.dir = None;
         let file = RingFile::open(path)?;
         r.adopt(path.to_path_buf(), file)?;
@@ -139,7 +150,11 @@ impl Recorder {
             skip_below: 0,
         };
         if self.opts.attach_late || a.seen_dropped > 0 {
-            a.skip_below = if self.opts.attach_late { a.file.tail() } else { 0 };
+            a.skip_below = if self.opts.attach_late {
+                a.file.tail()
+            } else {
+                0
+            };
             let mut out = Vec::new();
             Self::resync(&mut a, &mut out);
             self.emit_vec(&mut a, out)?;
@@ -154,7 +169,9 @@ impl Recorder {
     }
 
     fn discover(&mut self) -> u32 {
-        let Some(dir) = self.dir.clone() else { return 0 };
+        let Some(dir) = self.dir.clone() else {
+            return 0;
+        };
         let mut n = 0;
         for info in list_rings(&dir) {
             if self.known.contains_key(&info.path) {
@@ -174,7 +191,10 @@ impl Recorder {
                 }
                 Err(e) => {
                     // A ring that is being created may not be sized yet: try again next poll.
-                    if std::fs::metadata(&info.path).map(|m| m.len() > 4096).unwrap_or(false) {
+                    if std::fs::metadata(&info.path)
+                        .map(|m| m.len() > 4096)
+                        .unwrap_or(false)
+                    {
                         eprintln!("fragprobe: skipping {}: {e}", info.path.display());
                         self.known.insert(info.path, ());
                     }
@@ -223,16 +243,23 @@ impl Recorder {
 
     /// The metadata entry a record points at, from its process's ring.
     pub fn meta_of(&self, r: &Record) -> Option<&[u8]> {
-        self.rings.iter().find(|a| a.pid == r.pid).and_then(|a| a.file.meta(r.meta))
+        self.rings
+            .iter()
+            .find(|a| a.pid == r.pid)
+            .and_then(|a| a.file.meta(r.meta))
     }
 
     /// Discovers new rings and drains every ring once; records go to the trace and `sink`.
     pub fn poll(&mut self, sink: &mut dyn FnMut(&Record, &Recorder)) -> anyhow::Result<PollStats> {
-        let mut stats = PollStats { attached: self.discover(), ..PollStats::default() };
+        let mut stats = PollStats {
+            attached: self.discover(),
+            ..PollStats::default()
+        };
         let before = self.total;
         let now = monotonic_ns();
         let mut rings = std::mem::take(&mut self.rings);
-        let rings_meta: Vec<(u32, u64)> = rings.iter().map(|a| (a.pid, a.file.start_ns())).collect();
+        let rings_meta: Vec<(u32, u64)> =
+            rings.iter().map(|a| (a.pid, a.file.start_ns())).collect();
         for a in rings.iter_mut().filter(|a| !a.finished) {
             a.file.heartbeat(now);
             self.drain_one(a, now)?;
@@ -317,7 +344,8 @@ impl Recorder {
                     };
                     let waited = now.saturating_sub(since);
                     let alive = process_alive(a.pid);
-                    let give_up = (!alive && waited >= PENDING_DEAD_NS) || waited >= PENDING_ALIVE_NS;
+                    let give_up =
+                        (!alive && waited >= PENDING_DEAD_NS) || waited >= PENDING_ALIVE_NS;
                     if give_up && a.file.skip_pending(seq) {
                         a.pending_since = None;
                         continue;
@@ -329,7 +357,11 @@ impl Recorder {
     }
 
     /// Drains until every ring's process has ended or `deadline_ns` passes.
-    pub fn finish(&mut self, deadline_ns: u64, sink: &mut dyn FnMut(&Record, &Recorder)) -> anyhow::Result<()> {
+    pub fn finish(
+        &mut self,
+        deadline_ns: u64,
+        sink: &mut dyn FnMut(&Record, &Recorder),
+    ) -> anyhow::Result<()> {
         loop {
             self.poll(sink)?;
             if !self.active() || monotonic_ns() >= deadline_ns {
@@ -340,8 +372,8 @@ impl Recorder {
         for a in &self.rings {
             a.file.release_consumer();
         }
-        if let Some(w) = self.writer.as_mut() {
-            w.flush()?;
+        if let Some(w) = self.writer.take() {
+            w.finish()?;
         }
         Ok(())
     }
@@ -362,7 +394,9 @@ fn ended(a: &Attached, all: &[(u32, u64)]) -> bool {
 }
 
 fn process_alive(pid: u32) -> bool {
-    let Ok(p) = libc::pid_t::try_from(pid) else { return false };
+    let Ok(p) = libc::pid_t::try_from(pid) else {
+        return false;
+    };
     // SAFETY: signal 0 only checks that the process exists.
     let r = unsafe { libc::kill(p, 0) };
     if r != 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EPERM) {
@@ -370,7 +404,10 @@ fn process_alive(pid: u32) -> bool {
     }
     // A zombie (exited, not yet reaped by its parent) counts as ended.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s.rsplit_once(')').map(|(_, rest)| !rest.trim_start().starts_with('Z')).unwrap_or(true),
+        Ok(s) => s
+            .rsplit_once(')')
+            .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            .unwrap_or(true),
         Err(_) => false,
     }
 }

@@ -12,6 +12,7 @@ use fragprobe_shared::ring::monotonic_ns;
 use fragprobe_shared::trace::TraceWriter;
 
 use super::recorder::{Recorder, RecorderOptions};
+use super::sink::ModelSink;
 use crate::exit;
 
 /// How a session runs.
@@ -53,7 +54,14 @@ extern "C" fn forward_signal(sig: libc::c_int) {
 }
 
 fn install_forwarding() {
-    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGQUIT, libc::SIGUSR1, libc::SIGUSR2] {
+    for sig in [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+    ] {
         // SAFETY: installing an async-signal-safe handler (it only calls kill and stores an atomic).
         unsafe { libc::signal(sig, forward_signal as *const () as libc::sighandler_t) };
     }
@@ -77,7 +85,10 @@ pub fn probe_library() -> anyhow::Result<PathBuf> {
         return Ok(PathBuf::from(p));
     }
     let dir = artifact_dir();
-    for cand in [dir.join("libfragprobe.so"), dir.join("../lib/libfragprobe.so")] {
+    for cand in [
+        dir.join("libfragprobe.so"),
+        dir.join("../lib/libfragprobe.so"),
+    ] {
         if cand.is_file() {
             return Ok(cand);
         }
@@ -95,7 +106,10 @@ pub fn session_dir() -> anyhow::Result<PathBuf> {
     let base = std::env::var_os("XDG_RUNTIME_DIR")
         .map(|x| PathBuf::from(x).join("fragprobe"))
         .filter(|p| std::fs::create_dir_all(p).is_ok())
-        .or_else(|| Some(PathBuf::from(format!("/dev/shm/fragprobe-{uid}"))).filter(|p| std::fs::create_dir_all(p).is_ok()))
+        .or_else(|| {
+            Some(PathBuf::from(format!("/dev/shm/fragprobe-{uid}")))
+                .filter(|p| std::fs::create_dir_all(p).is_ok())
+        })
         .unwrap_or_else(|| PathBuf::from(format!("/tmp/fragprobe-{uid}")));
     std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
     let dir = base.join(format!("session-{}-{}", std::process::id(), monotonic_ns()));
@@ -109,14 +123,29 @@ pub fn session_dir() -> anyhow::Result<PathBuf> {
 pub fn default_trace_name(command: &[OsString]) -> PathBuf {
     let prog = command
         .first()
-        .map(|c| Path::new(c).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default())
+        .map(|c| {
+            Path::new(c)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        })
         .unwrap_or_else(|| "run".into());
-    let prog: String = prog.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-').collect();
-    PathBuf::from(format!("fragprobe-{}-{}.fpt", if prog.is_empty() { "run" } else { &prog }, utc_stamp()))
+    let prog: String = prog
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-')
+        .collect();
+    PathBuf::from(format!(
+        "fragprobe-{}-{}.fpt",
+        if prog.is_empty() { "run" } else { &prog },
+        utc_stamp()
+    ))
 }
 
 fn utc_stamp() -> String {
-    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0) as i64;
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0) as i64;
     let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
     // Civil-from-days (Howard Hinnant's algorithm).
     let z = days + 719_468;
@@ -128,7 +157,12 @@ fn utc_stamp() -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}{m:02}{d:02}-{:02}{:02}{:02}", rem / 3600, rem / 60 % 60, rem % 60)
+    format!(
+        "{y:04}{m:02}{d:02}-{:02}{:02}{:02}",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
 }
 
 /// Why a command could not be started, as the exit code a shell would give.
@@ -165,8 +199,9 @@ impl Session {
             cmd.env("LD_PRELOAD", preload);
         }
         if let Some(spec) = &opts.simulated_gpu {
-            let lib_dir = fragprobe_simgpu::prepare_lib_dir(&artifact_dir(), &dir.join("simgpu-lib"))
-                .context("preparing the simulated GPU's libraries")?;
+            let lib_dir =
+                fragprobe_simgpu::prepare_lib_dir(&artifact_dir(), &dir.join("simgpu-lib"))
+                    .context("preparing the simulated GPU's libraries")?;
             for (k, v) in fragprobe_simgpu::sim_env(spec.as_deref(), &lib_dir) {
                 cmd.env(k, v);
             }
@@ -175,7 +210,10 @@ impl Session {
             cmd.env(k, v);
         }
         let writer = match &opts.trace {
-            Some(p) => Some(TraceWriter::create(p).with_context(|| format!("creating trace file {}", p.display()))?),
+            Some(p) => Some(
+                TraceWriter::create(p)
+                    .with_context(|| format!("creating trace file {}", p.display()))?,
+            ),
             None => None,
         };
         install_forwarding();
@@ -188,15 +226,37 @@ impl Session {
                 }
                 let name = program.to_string_lossy();
                 return Ok(Err(match e.kind() {
-                    std::io::ErrorKind::NotFound => SpawnError { code: exit::NOT_FOUND, message: format!("fragprobe: {name}: command not found") },
-                    std::io::ErrorKind::PermissionDenied => SpawnError { code: exit::NOT_EXECUTABLE, message: format!("fragprobe: {name}: permission denied") },
-                    _ => SpawnError { code: exit::NOT_EXECUTABLE, message: format!("fragprobe: {name}: cannot execute: {e}") },
+                    std::io::ErrorKind::NotFound => SpawnError {
+                        code: exit::NOT_FOUND,
+                        message: format!("fragprobe: {name}: command not found"),
+                    },
+                    std::io::ErrorKind::PermissionDenied => SpawnError {
+                        code: exit::NOT_EXECUTABLE,
+                        message: format!("fragprobe: {name}: permission denied"),
+                    },
+                    _ => SpawnError {
+                        code: exit::NOT_EXECUTABLE,
+                        message: format!("fragprobe: {name}: cannot execute: {e}"),
+                    },
                 }));
             }
         };
         CHILD_PID.store(child.id() as i32, Ordering::Relaxed);
-        let recorder = Recorder::new(&dir, writer, RecorderOptions { remove_finished: true, ..RecorderOptions::default() });
-        Ok(Ok(Session { recorder, child, dir, trace: opts.trace.clone(), started_ns: monotonic_ns() }))
+        let recorder = Recorder::new(
+            &dir,
+            writer,
+            RecorderOptions {
+                remove_finished: true,
+                ..RecorderOptions::default()
+            },
+        );
+        Ok(Ok(Session {
+            recorder,
+            child,
+            dir,
+            trace: opts.trace.clone(),
+            started_ns: monotonic_ns(),
+        }))
     }
 
     /// The child's pid.
@@ -216,18 +276,28 @@ impl Session {
 
     /// Drains until the command exits, then until its rings are done (children that
     /// outlive it get two more seconds). Calls `sink` for every record.
-    pub fn wait(&mut self, sink: &mut dyn FnMut(&Record, &Recorder)) -> anyhow::Result<ExitStatus> {
+    pub fn wait(&mut self, sink: &mut ModelSink) -> anyhow::Result<ExitStatus> {
         let mut idle = 0u32;
         let status = loop {
-            let stats = self.recorder.poll(sink)?;
+            let stats = self
+                .recorder
+                .poll(&mut |r: &Record, rec: &Recorder| sink.apply(r, rec))?;
+            sink.checkpoint_if_due(&mut self.recorder)?;
             if let Some(st) = self.child.try_wait()? {
                 break st;
             }
-            idle = if stats.records == 0 { (idle + 1).min(20) } else { 0 };
+            idle = if stats.records == 0 {
+                (idle + 1).min(20)
+            } else {
+                0
+            };
             std::thread::sleep(std::time::Duration::from_micros(500 + 500 * idle as u64));
         };
         CHILD_PID.store(0, Ordering::Relaxed);
-        self.recorder.finish(monotonic_ns() + 2_000_000_000, sink)?;
+        self.recorder.finish(
+            monotonic_ns() + 2_000_000_000,
+            &mut |r: &Record, rec: &Recorder| sink.apply(r, rec),
+        )?;
         Ok(status)
     }
 

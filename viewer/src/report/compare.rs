@@ -43,20 +43,90 @@ type RowSpec = (&'static str, Better, fn(&Report) -> f64, bool);
 
 fn rows() -> Vec<RowSpec> {
     vec![
-        ("peak live bytes", Better::Lower, |r| r.bytes.peak_live as f64, true),
-        ("peak reserved (VMM) bytes", Better::Lower, |r| r.bytes.peak_reserved as f64, true),
-        ("peak mapped (VMM) bytes", Better::Lower, |r| r.bytes.peak_mapped as f64, true),
-        ("final live bytes", Better::Lower, |r| r.bytes.final_live as f64, true),
-        ("max fragmentation ratio", Better::Lower, |r| r.fragmentation.max_ratio, false),
-        ("fragmentation at peak", Better::Lower, |r| r.fragmentation.ratio_at_peak, false),
-        ("final fragmentation ratio", Better::Lower, |r| r.fragmentation.final_ratio, false),
-        ("smallest largest free block", Better::Higher, |r| r.fragmentation.min_largest_free_block as f64, true),
-        ("allocation calls", Better::Lower, |r| r.allocations.ok as f64, false),
-        ("failed allocations", Better::Lower, |r| r.allocations.failed as f64, false),
-        ("live at exit bytes", Better::Lower, |r| r.leaks.bytes as f64, true),
-        ("dropped events", Better::Lower, |r| r.events.dropped as f64, false),
-        ("anomalies", Better::Lower, |r| r.events.anomalies as f64, false),
-        ("duration s", Better::Lower, |r| r.duration_ns as f64 / 1e9, false),
+        (
+            "peak live bytes",
+            Better::Lower,
+            |r| r.bytes.peak_live as f64,
+            true,
+        ),
+        (
+            "peak reserved (VMM) bytes",
+            Better::Lower,
+            |r| r.bytes.peak_reserved as f64,
+            true,
+        ),
+        (
+            "peak mapped (VMM) bytes",
+            Better::Lower,
+            |r| r.bytes.peak_mapped as f64,
+            true,
+        ),
+        (
+            "final live bytes",
+            Better::Lower,
+            |r| r.bytes.final_live as f64,
+            true,
+        ),
+        (
+            "max fragmentation ratio",
+            Better::Lower,
+            |r| r.fragmentation.max_ratio,
+            false,
+        ),
+        (
+            "fragmentation at peak",
+            Better::Lower,
+            |r| r.fragmentation.ratio_at_peak,
+            false,
+        ),
+        (
+            "final fragmentation ratio",
+            Better::Lower,
+            |r| r.fragmentation.final_ratio,
+            false,
+        ),
+        (
+            "smallest largest free block",
+            Better::Higher,
+            |r| r.fragmentation.min_largest_free_block as f64,
+            true,
+        ),
+        (
+            "allocation calls",
+            Better::Lower,
+            |r| r.allocations.ok as f64,
+            false,
+        ),
+        (
+            "failed allocations",
+            Better::Lower,
+            |r| r.allocations.failed as f64,
+            false,
+        ),
+        (
+            "live at exit bytes",
+            Better::Lower,
+            |r| r.leaks.bytes as f64,
+            true,
+        ),
+        (
+            "dropped events",
+            Better::Lower,
+            |r| r.events.dropped as f64,
+            false,
+        ),
+        (
+            "anomalies",
+            Better::Lower,
+            |r| r.events.anomalies as f64,
+            false,
+        ),
+        (
+            "duration s",
+            Better::Lower,
+            |r| r.duration_ns as f64 / 1e9,
+            false,
+        ),
     ]
 }
 
@@ -83,16 +153,31 @@ pub fn compare(reports: &[Report]) -> Comparison {
                     Better::Higher => it.max_by(|a, b| a.1.total_cmp(b.1)).map(|x| x.0),
                 }
             };
-            Row { figure: name.to_string(), values, best }
+            Row {
+                figure: name.to_string(),
+                values,
+                best,
+            }
         })
         .collect();
-    Comparison { format_version: super::REPORT_VERSION, labels, sources: reports.iter().map(|r| r.source.clone()).collect(), rows }
+    Comparison {
+        format_version: super::REPORT_VERSION,
+        labels,
+        sources: reports.iter().map(|r| r.source.clone()).collect(),
+        rows,
+    }
 }
 
 /// The table as text; the best value of each row is marked with `*`.
 pub fn render(c: &Comparison) -> String {
     let is_bytes: Vec<bool> = rows().iter().map(|r| r.3).collect();
-    let w0 = c.rows.iter().map(|r| r.figure.len()).max().unwrap_or(10).max(6);
+    let w0 = c
+        .rows
+        .iter()
+        .map(|r| r.figure.len())
+        .max()
+        .unwrap_or(10)
+        .max(6);
     let cells: Vec<Vec<String>> = c
         .rows
         .iter()
@@ -119,7 +204,14 @@ pub fn render(c: &Comparison) -> String {
         })
         .collect();
     let widths: Vec<usize> = (0..c.labels.len())
-        .map(|i| cells.iter().map(|row| row[i].len()).chain([c.labels[i].chars().count()]).max().unwrap_or(8))
+        .map(|i| {
+            cells
+                .iter()
+                .map(|row| row[i].len())
+                .chain([c.labels[i].chars().count()])
+                .max()
+                .unwrap_or(8)
+        })
         .collect();
     let mut o = String::new();
     let _ = write!(o, "{:w0$}", "");

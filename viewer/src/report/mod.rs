@@ -7,7 +7,7 @@
 //! ```text
 //! { "format_version": 1,
 //!   "source": "path of the trace",
-//!   "label": "PYTORCH_CUDA_ALLOC_CONF of the run, else the file name",
+//!   "label": "PYTORCH_CUDA_ALLOC_CONF of the run, else FRAGPROBE_LABEL, else the file name",
 //!   "warnings": ["…"],                       // truncation and similar
 //!   "duration_ns": 0,
 //!   "processes": [ { "pid", "ppid", "cmdline": [..], "alloc_conf", "hostname",
@@ -54,6 +54,7 @@ pub struct ProcessRow {
     pub ppid: Option<u32>,
     pub cmdline: Vec<String>,
     pub alloc_conf: Option<String>,
+    pub label: Option<String>,
     pub hostname: Option<String>,
     pub cuda_visible_devices: Option<String>,
     pub rank: Option<u64>,
@@ -187,7 +188,13 @@ pub fn verdict_name(v: Verdict) -> &'static str {
 
 impl Report {
     /// Builds the report of a model. `first_ns`/`last_ns` bound the recorded events.
-    pub fn build(model: &Model, source: &str, warnings: Vec<String>, first_ns: u64, last_ns: u64) -> Report {
+    pub fn build(
+        model: &Model,
+        source: &str,
+        warnings: Vec<String>,
+        first_ns: u64,
+        last_ns: u64,
+    ) -> Report {
         let counts = model.counts();
         let rel = |t: u64| t.saturating_sub(first_ns);
         let processes: Vec<ProcessRow> = model
@@ -200,6 +207,7 @@ impl Report {
                     ppid: i.ppid,
                     cmdline: i.cmdline.clone(),
                     alloc_conf: i.alloc_conf.clone(),
+                    label: i.label.clone(),
                     hostname: i.hostname.clone(),
                     cuda_visible_devices: i.cuda_visible_devices.clone(),
                     rank: i.rank,
@@ -216,8 +224,21 @@ impl Report {
             })
             .collect();
         let mut devices = Vec::new();
-        let mut bytes = BytesRow { peak_live: 0, peak_live_at_rel_ns: None, final_live: 0, peak_managed: 0, peak_mapped: 0, peak_reserved: 0 };
-        let mut frag = FragRow { max_ratio: 0.0, ratio_at_peak: 0.0, final_ratio: 0.0, final_largest_free_block: 0, min_largest_free_block: 0 };
+        let mut bytes = BytesRow {
+            peak_live: 0,
+            peak_live_at_rel_ns: None,
+            final_live: 0,
+            peak_managed: 0,
+            peak_mapped: 0,
+            peak_reserved: 0,
+        };
+        let mut frag = FragRow {
+            max_ratio: 0.0,
+            ratio_at_peak: 0.0,
+            final_ratio: 0.0,
+            final_largest_free_block: 0,
+            min_largest_free_block: 0,
+        };
         let mut min_lfb: Option<u64> = None;
         let mut final_lfb: Option<u64> = None;
         for d in model.devices() {
@@ -278,7 +299,9 @@ impl Report {
                 time_rel_ns: rel(f.ts_ns),
                 pid: f.pid,
                 device: f.ordinal,
-                api: fragprobe_shared::format::Api::from_u16(f.api).map(|a| a.name().to_string()).unwrap_or_else(|| format!("api#{}", f.api)),
+                api: fragprobe_shared::format::Api::from_u16(f.api)
+                    .map(|a| a.name().to_string())
+                    .unwrap_or_else(|| format!("api#{}", f.api)),
                 size: f.size,
                 result: f.result,
                 free_bytes: f.total_free,
@@ -290,7 +313,13 @@ impl Report {
         let label = processes
             .iter()
             .find_map(|p| p.alloc_conf.clone())
-            .unwrap_or_else(|| std::path::Path::new(source).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_else(|| source.to_string()));
+            .or_else(|| processes.iter().find_map(|p| p.label.clone()))
+            .unwrap_or_else(|| {
+                std::path::Path::new(source)
+                    .file_name()
+                    .map(|f| f.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| source.to_string())
+            });
         Report {
             format_version: REPORT_VERSION,
             source: source.to_string(),
@@ -299,8 +328,18 @@ impl Report {
             duration_ns: last_ns.saturating_sub(first_ns),
             processes,
             devices,
-            events: EventsRow { total: counts.events, dropped: counts.lost, anomalies: counts.anomalies, by_kind, anomalies_by_type },
-            allocations: AllocRow { ok: counts.ok_allocs, failed: counts.failed_allocs, frees: counts.frees },
+            events: EventsRow {
+                total: counts.events,
+                dropped: counts.lost,
+                anomalies: counts.anomalies,
+                by_kind,
+                anomalies_by_type,
+            },
+            allocations: AllocRow {
+                ok: counts.ok_allocs,
+                failed: counts.failed_allocs,
+                frees: counts.frees,
+            },
             bytes,
             fragmentation: frag,
             leaks,
@@ -310,12 +349,21 @@ impl Report {
 }
 
 fn leak_rows(model: &Model) -> LeakRow {
-    let mut row = LeakRow { count: 0, bytes: 0, by_size: Vec::new() };
+    let mut row = LeakRow {
+        count: 0,
+        bytes: 0,
+        by_size: Vec::new(),
+    };
     for g in model.leaks() {
         row.count += g.count;
         row.bytes += g.size.saturating_mul(g.count);
-        row.by_size.push(LeakSize { kind: g.kind.name().to_string(), size: g.size, count: g.count });
+        row.by_size.push(LeakSize {
+            kind: g.kind.name().to_string(),
+            size: g.size,
+            count: g.count,
+        });
     }
-    row.by_size.sort_by_key(|l| std::cmp::Reverse(l.size.saturating_mul(l.count)));
+    row.by_size
+        .sort_by_key(|l| std::cmp::Reverse(l.size.saturating_mul(l.count)));
     row
 }

@@ -69,19 +69,40 @@ pub fn render(r: &Report) -> String {
             d.final_ratio
         );
     }
-    let _ = writeln!(o, "events          {} total, {} dropped, {} anomalies", r.events.total, r.events.dropped, r.events.anomalies);
-    let kinds: Vec<String> = r.events.by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    let _ = writeln!(
+        o,
+        "events          {} total, {} dropped, {} anomalies",
+        r.events.total, r.events.dropped, r.events.anomalies
+    );
+    let kinds: Vec<String> = r
+        .events
+        .by_kind
+        .iter()
+        .map(|(k, n)| format!("{k} {n}"))
+        .collect();
     let _ = writeln!(o, "  by kind       {}", kinds.join(", "));
     if !r.events.anomalies_by_type.is_empty() {
-        let a: Vec<String> = r.events.anomalies_by_type.iter().map(|(k, n)| format!("{k} {n}")).collect();
+        let a: Vec<String> = r
+            .events
+            .anomalies_by_type
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
         let _ = writeln!(o, "  anomalies     {}", a.join(", "));
     }
-    let _ = writeln!(o, "allocations     {} ok, {} failed, {} frees", r.allocations.ok, r.allocations.failed, r.allocations.frees);
+    let _ = writeln!(
+        o,
+        "allocations     {} ok, {} failed, {} frees",
+        r.allocations.ok, r.allocations.failed, r.allocations.frees
+    );
     let _ = writeln!(
         o,
         "peak live       {}{}",
         bytes(r.bytes.peak_live),
-        r.bytes.peak_live_at_rel_ns.map(|t| format!(" at +{}", duration(t))).unwrap_or_default()
+        r.bytes
+            .peak_live_at_rel_ns
+            .map(|t| format!(" at +{}", duration(t)))
+            .unwrap_or_default()
     );
     let _ = writeln!(o, "final live      {}", bytes(r.bytes.final_live));
     let f = &r.fragmentation;
@@ -95,7 +116,12 @@ pub fn render(r: &Report) -> String {
         bytes(f.min_largest_free_block)
     );
     if r.leaks.count > 0 {
-        let _ = writeln!(o, "live at exit    {} objects, {}", r.leaks.count, bytes(r.leaks.bytes));
+        let _ = writeln!(
+            o,
+            "live at exit    {} objects, {}",
+            r.leaks.count,
+            bytes(r.leaks.bytes)
+        );
         for l in r.leaks.by_size.iter().take(10) {
             let _ = writeln!(o, "  {:>6} × {:>10} {}", l.count, bytes(l.size), l.kind);
         }
@@ -115,8 +141,12 @@ pub fn render(r: &Report) -> String {
                 bytes(fa.size),
                 fa.verdict.to_uppercase(),
                 fa.free_bytes.map(bytes).unwrap_or_else(|| "?".into()),
-                fa.largest_free_block.map(bytes).unwrap_or_else(|| "?".into()),
-                fa.driver_free.map(|d| format!(", driver free {}", bytes(d))).unwrap_or_default()
+                fa.largest_free_block
+                    .map(bytes)
+                    .unwrap_or_else(|| "?".into()),
+                fa.driver_free
+                    .map(|d| format!(", driver free {}", bytes(d)))
+                    .unwrap_or_default()
             );
         }
     }
@@ -135,7 +165,11 @@ pub fn print_summary(r: &Report, trace: Option<&std::path::Path>) {
         bytes(r.leaks.bytes),
         r.leaks.count
     );
-    let frag_ooms = r.failed_allocations.iter().filter(|x| x.verdict == "fragmentation").count();
+    let frag_ooms = r
+        .failed_allocations
+        .iter()
+        .filter(|x| x.verdict == "fragmentation")
+        .count();
     if frag_ooms > 0 {
         eprintln!("{frag_ooms} allocation(s) failed because of FRAGMENTATION: enough memory was free, no single block was large enough");
     }
@@ -143,7 +177,10 @@ pub fn print_summary(r: &Report, trace: Option<&std::path::Path>) {
         eprintln!("{} events were dropped (ring full); the map was resynchronised from the probe's live table", r.events.dropped);
     }
     if let Some(t) = trace {
-        eprintln!("trace: {}   (fragprobe report {0} · fragprobe view {0})", t.display());
+        eprintln!(
+            "trace: {}   (fragprobe report {0} · fragprobe view {0})",
+            t.display()
+        );
     }
 }
 
