@@ -69,21 +69,31 @@
 //! # Resync
 //!
 //! [`resync_records`] (consumer feature) turns a snapshot into records:
-//! `ResyncBegin { size = entries, aux = watermark }`, one `ResyncEntry` per entry
+//! `ResyncBegin { seq = aux = H, size = entries }`, one `ResyncEntry` per entry
 //! (`addr = key, size, aux, aux2, device, result = class, seq = entry seq`), and
-//! `ResyncEnd { size = entries, aux = tail after the scan }`. The watermark `W` is the ring's
-//! **head**, the next sequence number the consumer will deliver: the consumer inserts the
-//! resync records into its stream right before record `W`. Rules for the model:
+//! `ResyncEnd { seq = aux = E, size = entries }`, where
 //!
-//! * entries with `seq >= W` are left out: their records arrive through the ring after the
-//!   resync. Entries whose event was dropped (ring full) carry [`SEQ_DROPPED`] and are always
-//!   included;
-//! * the snapshot replaces the model's state;
-//! * a free of an address the model does not know, with a seq in `[W, end)`, is benign: the
-//!   scan ran after the probe removed the entry. After `end` it is a real anomaly.
+//! * `H` = the ring's head when the resync starts: the next sequence number the consumer will
+//!   deliver. The consumer puts the resync records into its stream right there, before
+//!   record `H`, and then delivers every record from `H` on (it must not skip any);
+//! * `T` = the ring's tail read just before the scan: entries with `seq >= T` are left out,
+//!   their records arrive through the ring after the resync. Entries whose event was dropped
+//!   (ring full) carry [`SEQ_DROPPED`] and are always included;
+//! * `E` = the ring's tail after the scan.
 //!
-//! Using the head rather than the tail as watermark means no allocation is both in the
-//! snapshot and delivered again: every record with seq `>= W` comes after the resync.
+//! Rules for the model (which `crate::model` follows):
+//!
+//! * the snapshot replaces the process's state;
+//! * an allocation record whose seq equals the seq of the snapshot entry for that object is
+//!   a duplicate (entries with seq in `[H, T)` are both in the snapshot and delivered after
+//!   it): skip it;
+//! * a free of an object the model does not know, with a seq in `[H, E)`, is benign: the
+//!   probe removed the entry before the scan reached it (or the free was claimed before the
+//!   scan and the allocation was also in `[H, T)`). After `E` it is a real anomaly.
+//!
+//! This order of operations is exact: every object alive at the end of the stream either is
+//! in the snapshot or has its allocation delivered after it, and every free after the
+//! snapshot is delivered.
 
 use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
@@ -677,7 +687,7 @@ impl LiveTable {
 
 /// The resync records for the ring's live table (see the module documentation), with
 /// `ts_ns` set to the consumer's last heartbeat. The consumer puts them into its stream just
-/// before the record with seq `ring.head()` (read before calling this).
+/// before the record with seq `ring.head()`, and then delivers every record from there on.
 #[cfg(feature = "consumer")]
 pub fn resync_records(ring: &crate::ring::Ring) -> Vec<crate::format::Record> {
     resync_records_at(ring, ring.heartbeat_ns())
@@ -687,11 +697,12 @@ pub fn resync_records(ring: &crate::ring::Ring) -> Vec<crate::format::Record> {
 #[cfg(feature = "consumer")]
 pub fn resync_records_at(ring: &crate::ring::Ring, ts_ns: u64) -> Vec<crate::format::Record> {
     use crate::format::{Api, EventKind, Record, DEVICE_UNKNOWN};
-    let watermark = ring.head();
+    let head = ring.head();
+    let cutoff = ring.tail();
     let pid = ring.pid();
     let mut out = vec![Record::default()];
     ring.live().for_each(|e| {
-        if e.seq != SEQ_DROPPED && e.seq >= watermark {
+        if e.seq != SEQ_DROPPED && e.seq >= cutoff {
             return;
         }
         out.push(Record {
@@ -722,7 +733,7 @@ pub fn resync_records_at(ring: &crate::ring::Ring, ts_ns: u64) -> Vec<crate::for
         device: DEVICE_UNKNOWN,
         ..Record::default()
     };
-    out[0] = marker(EventKind::ResyncBegin, watermark);
+    out[0] = marker(EventKind::ResyncBegin, head);
     out.push(marker(EventKind::ResyncEnd, end));
     out
 }

@@ -285,7 +285,8 @@ fn resync_records_describe_the_live_table() {
         });
         seq
     };
-    // Allocations 0..4 delivered to the consumer, then allocations 4, 5 still in the ring.
+    // Allocations 0..4 delivered to the consumer; a free (4) and an allocation (5) still in
+    // the ring.
     for a in 1..=4u64 {
         let seq = push(EventKind::Alloc, a << 20);
         ring.live()
@@ -303,6 +304,9 @@ fn resync_records_describe_the_live_table() {
     // An allocation whose event was dropped.
     ring.live()
         .insert(11 << 20, LiveClass::Handle, 0, 1100, 0, 0, SEQ_DROPPED);
+    // An allocation claimed after the scan started (seq beyond the tail): left out.
+    ring.live()
+        .insert(12 << 20, LiveClass::Device, 0, 1200, 0, 0, 100);
 
     let recs = resync_records_at(&ring, 555);
     let kinds: Vec<_> = recs.iter().map(|r| r.kind().unwrap()).collect();
@@ -310,11 +314,15 @@ fn resync_records_describe_the_live_table() {
     assert_eq!(kinds.last(), Some(&EventKind::ResyncEnd));
     let (begin, end) = (recs[0], recs[recs.len() - 1]);
     assert_eq!(
-        (begin.aux, begin.size),
-        (4, 4),
-        "watermark = consumer head; 4 entries"
+        (begin.seq, begin.aux, begin.size),
+        (4, 4, 5),
+        "begin = consumer head; 5 entries"
     );
-    assert_eq!((end.aux, end.size), (6, 4), "tail after the scan");
+    assert_eq!(
+        (end.seq, end.aux, end.size),
+        (6, 6, 5),
+        "end = tail after the scan"
+    );
     let mut entries: Vec<(u64, u64, u32, u64)> = recs[1..recs.len() - 1]
         .iter()
         .map(|r| (r.addr, r.size, r.result, r.seq))
@@ -326,9 +334,10 @@ fn resync_records_describe_the_live_table() {
             (1 << 20, 100, LiveClass::Device as u32, 0),
             (3 << 20, 300, LiveClass::Device as u32, 2),
             (4 << 20, 400, LiveClass::Device as u32, 3),
+            (9 << 20, 900, LiveClass::Async as u32, 5),
             (11 << 20, 1100, LiveClass::Handle as u32, SEQ_DROPPED),
         ],
-        "the async alloc at seq 5 >= watermark arrives through the ring instead"
+        "entries below the tail are in (seq 5 also arrives later: a duplicate the model skips)"
     );
     assert!(recs.iter().all(|r| r.ts_ns == 555 && r.pid == 42));
 }
