@@ -197,15 +197,22 @@ pub fn is_child(name: &str) -> bool {
 /// Runs test `name` of the current test executable again, alone, in a child process with
 /// the simulated-GPU environment (so that libraries loaded at run time, like cudarc's
 /// `libcuda`, find the stand-ins). `adjust` may change the command (e.g. share a state
-/// file). Returns the child's output; the test body checks [`is_child`] to know its role.
+/// file). Returns the child's output; the test body checks [`is_child`] to know its role. A
+/// test that only makes sense as a child can be `#[ignore]`d: the child runs ignored tests.
 pub fn rerun_test(
     name: &str,
     spec: Option<&str>,
     adjust: impl FnOnce(&mut Command),
 ) -> std::process::Output {
     let mut cmd = Command::new(std::env::current_exe().expect("current_exe"));
-    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
-        .env(ENV_CHILD, name);
+    cmd.args([
+        name,
+        "--exact",
+        "--nocapture",
+        "--test-threads=1",
+        "--include-ignored",
+    ])
+    .env(ENV_CHILD, name);
     sim_env_on(&mut cmd, spec);
     adjust(&mut cmd);
     cmd.output().expect("run the test's child process")
