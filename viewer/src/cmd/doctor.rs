@@ -98,7 +98,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let devices = match gather(args) {
         Ok(d) => d,
         Err((code, msg)) => {
-            eprintln!("fragprobe doctor: {msg}");
+            if code == exit::NO_NVML {
+                eprintln!("{msg}");
+            } else {
+                eprintln!("fragprobe doctor: {msg}");
+            }
             return Ok(ExitCode::from(code));
         }
     };

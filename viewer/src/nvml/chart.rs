@@ -152,14 +152,14 @@ fn byte_label(v: f64, unit: f64) -> String {
     }
 }
 
-/// Axis label for seconds since the start.
-pub fn time_label(s: f64) -> String {
-    if s < 120.0 {
-        format!("{}s", trim(s))
-    } else if s < 7200.0 {
+/// Axis label for `s` seconds since the start, in ticks of `unit` seconds (1, 60, 3600).
+pub fn tick_label(s: f64, unit: f64) -> String {
+    if unit >= 3600.0 {
+        format!("{}h", trim(s / 3600.0))
+    } else if unit >= 60.0 {
         format!("{}m", trim(s / 60.0))
     } else {
-        format!("{}h", trim(s / 3600.0))
+        format!("{}s", trim(s))
     }
 }
 
@@ -176,7 +176,12 @@ pub fn render(chart: &Chart) -> Result<Vec<u8>, String> {
     let (w, h) = (chart.width.max(200), chart.height.max(150));
     let mut pm = Pixmap::new(w, h).ok_or("cannot allocate the image")?;
     pm.fill(Color::WHITE);
-    let (left, right, top, bottom) = (90.0f32, 20.0f32, 44.0f32, 48.0f32);
+    let legend = legend_entries(chart);
+    let legend_rows = legend_layout(&legend, w as i32 - 110)
+        .last()
+        .map_or(0, |e| e.2 + 1);
+    let (left, right, top) = (90.0f32, 20.0f32, 44.0f32);
+    let bottom = 44.0 + 22.0 * legend_rows as f32;
     let (pw, ph) = (w as f32 - left - right, h as f32 - top - bottom);
 
     let mut tmax = 0f64;
@@ -224,7 +229,14 @@ pub fn render(chart: &Chart) -> Result<Vec<u8>, String> {
         text(&mut pm, &l, left as i32 - 8 - lw, ys(v) as i32 - 7, 2, INK);
         v += ystep;
     }
-    let xstep = nice_step(tmax, 8.0);
+    let tunit = if tmax >= 7200.0 {
+        3600.0
+    } else if tmax >= 120.0 {
+        60.0
+    } else {
+        1.0
+    };
+    let xstep = nice_step(tmax / tunit, 8.0) * tunit;
     let mut t = 0.0;
     while t <= tmax + 1e-9 {
         line(
@@ -234,7 +246,7 @@ pub fn render(chart: &Chart) -> Result<Vec<u8>, String> {
             1.0,
             None,
         );
-        let l = time_label(t);
+        let l = tick_label(t, tunit);
         let lw = font::text_width(&l) as i32 * 2;
         text(
             &mut pm,
@@ -284,11 +296,13 @@ pub fn render(chart: &Chart) -> Result<Vec<u8>, String> {
                 2.0,
                 Some(vec![10.0, 7.0]),
             );
+            let l = format!("{}%", trim(p));
+            let lw = font::text_width(&l) as i32 * 2;
             text(
                 &mut pm,
-                &format!("{}%", trim(p)),
-                left as i32 + 6,
-                y as i32 - 20,
+                &l,
+                (left + pw) as i32 - lw - 4,
+                y as i32 + 6,
                 2,
                 RED,
             );
@@ -330,9 +344,18 @@ pub fn render(chart: &Chart) -> Result<Vec<u8>, String> {
         }
     }
 
-    // Legend.
-    let mut ly = top as i32 + 24;
-    let lx = left as i32 + 16;
+    // Legend, below the axis labels.
+    let ly0 = (top + ph) as i32 + 34;
+    for (c, l, row, x) in legend_layout(&legend, w as i32 - 110) {
+        let (lx, ly) = (left as i32 + x, ly0 + 22 * row);
+        rect(&mut pm, lx as f32, ly as f32 + 5.0, 18.0, 6.0, c);
+        text(&mut pm, &l, lx + 26, ly, 2, INK);
+    }
+    pm.encode_png()
+        .map_err(|e| format!("PNG encoding failed: {e}"))
+}
+
+fn legend_entries(chart: &Chart) -> Vec<((u8, u8, u8), String)> {
     let mut entries: Vec<((u8, u8, u8), String)> = chart
         .series
         .iter()
@@ -345,13 +368,25 @@ pub fn render(chart: &Chart) -> Result<Vec<u8>, String> {
     if chart.markers.iter().any(|m| m.kind == MarkerKind::Failure) {
         entries.push((RED, "failed allocation".into()));
     }
+    entries
+}
+
+type Placed = ((u8, u8, u8), String, i32, i32);
+
+/// Places legend entries left to right, wrapping at `width`: (colour, label, row, x).
+fn legend_layout(entries: &[((u8, u8, u8), String)], width: i32) -> Vec<Placed> {
+    let mut out = Vec::new();
+    let (mut row, mut x) = (0, 0);
     for (c, l) in entries {
-        rect(&mut pm, lx as f32, ly as f32 + 4.0, 18.0, 6.0, c);
-        text(&mut pm, &l, lx + 26, ly, 2, INK);
-        ly += 20;
+        let ew = 26 + font::text_width(l) as i32 * 2 + 24;
+        if x > 0 && x + ew > width {
+            row += 1;
+            x = 0;
+        }
+        out.push((*c, l.clone(), row, x));
+        x += ew;
     }
-    pm.encode_png()
-        .map_err(|e| format!("PNG encoding failed: {e}"))
+    out
 }
 
 /// The series value at time `t` (the last point at or before `t`).
@@ -370,9 +405,9 @@ mod tests {
         assert_eq!(nice_step(84.0, 6.0), 20.0);
         assert_eq!(nice_step(0.7, 7.0), 0.1);
         assert_eq!(nice_step(0.0, 5.0), 1.0);
-        assert_eq!(time_label(30.0), "30s");
-        assert_eq!(time_label(300.0), "5m");
-        assert_eq!(time_label(9000.0), "2.5h");
+        assert_eq!(tick_label(30.0, 1.0), "30s");
+        assert_eq!(tick_label(60.0, 60.0), "1m");
+        assert_eq!(tick_label(9000.0, 3600.0), "2.5h");
     }
 
     #[test]

@@ -142,35 +142,4 @@ pub fn from_log(data: &LogData, source: &str, procfs: &ProcFs) -> Vec<DeviceEvid
         .collect()
 }
 
-/// Builds a plot from a fragprobe trace: live bytes per process and NVML samples, with
-/// failed allocations marked. Errors carry the exit code to use.
-pub fn chart_from_trace(
-    path: &std::path::Path,
-    gpus: &[u32],
-    title: &str,
-    threshold: f64,
-) -> Result<super::chart::Chart, (u8, String)> {
-    let _ = (gpus, title, threshold);
-    Err((
-        crate::exit::BAD_INPUT,
-        format!(
-            "{} is neither a `fragprobe log` file (CSV/JSON Lines) nor a trace this build can read",
-            path.display()
-        ),
-    ))
-}
-
-/// Evidence from a fragprobe trace, one entry per device. Errors carry the exit code.
-pub fn from_trace(
-    path: &std::path::Path,
-    gpus: &[u32],
-) -> Result<Vec<DeviceEvidence>, (u8, String)> {
-    let _ = gpus;
-    Err((
-        crate::exit::BAD_INPUT,
-        format!(
-            "{} is neither a `fragprobe log` file (CSV/JSON Lines) nor a trace this build can read",
-            path.display()
-        ),
-    ))
-}
+pub use super::trace_evidence::{chart_from_trace, from_trace};

@@ -26,6 +26,7 @@ pub mod sample;
 pub mod screen;
 pub mod simulated;
 pub mod source;
+pub mod trace_evidence;
 pub mod units;
 
 pub use sample::{DeviceSample, Field, Memory, Na, ProcessSample, Snapshot};

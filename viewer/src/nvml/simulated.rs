@@ -1,10 +1,75 @@
-//! The simulated GPU's NVML: the stand-in library built next to the `fragprobe`
-//! executable, reading the same shared state as `fragprobe run --simulated-gpu`.
+//! The simulated GPU's NVML: the stand-in `libnvidia-ml.so.1` built next to the
+//! `fragprobe` executable, reading the same shared state as `fragprobe run --simulated-gpu`
+//! (`FRAGPROBE_SIM_STATE`, default `/dev/shm/fragprobe-simgpu-<uid>`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-/// Prepares the simulated GPU for `spec` ("" = default) and returns the NVML stand-in's path.
+/// Where the stand-ins were built: `$FRAGPROBE_ARTIFACT_DIR`, else the directory of the
+/// running executable (`target/<profile>/`; a test binary in `deps/` looks one level up).
+pub fn artifact_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("FRAGPROBE_ARTIFACT_DIR") {
+        return PathBuf::from(d);
+    }
+    let dir = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."));
+    if dir.file_name().is_some_and(|n| n == "deps") {
+        dir.parent().map(Path::to_path_buf).unwrap_or(dir)
+    } else {
+        dir
+    }
+}
+
+/// A per-user, per-build directory for the library links, so that a debug and a release
+/// build never swap each other's libraries.
+fn lib_dir_for(artifacts: &Path) -> PathBuf {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in artifacts.as_os_str().as_encoded_bytes() {
+        h = (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    std::env::temp_dir()
+        .join(format!("fragprobe-{}", super::procfs::current_uid()))
+        .join(format!("simgpu-lib-{h:016x}"))
+}
+
+/// Prepares the simulated GPU for `spec` ("" = the simulator's default: the devices of the
+/// state file's live users, else one 16 GiB device) and returns the NVML stand-in's path.
+/// A non-empty spec is validated and exported as `FRAGPROBE_SIM_GPU` for this process.
+/// Call before starting threads.
 pub fn nvml_lib(spec: &str) -> Result<PathBuf, String> {
-    let _ = spec;
-    Err("the simulated GPU is not part of this build".into())
+    let spec = spec.trim();
+    if !spec.is_empty() {
+        fragprobe_simgpu::DeviceSpec::parse(spec).map_err(|e| format!("--simulated-gpu: {e}"))?;
+    }
+    let artifacts = artifact_dir();
+    let dir = fragprobe_simgpu::prepare_lib_dir(&artifacts, &lib_dir_for(&artifacts))
+        .map_err(|e| format!("simulated GPU: {e}"))?;
+    if !spec.is_empty() {
+        for (k, v) in fragprobe_simgpu::sim_env(Some(spec), &dir) {
+            if k != "LD_LIBRARY_PATH" {
+                std::env::set_var(k, v);
+            }
+        }
+    }
+    Ok(dir.join("libnvidia-ml.so.1"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lib_dirs_differ_per_build() {
+        let a = lib_dir_for(Path::new("/x/target/debug"));
+        let b = lib_dir_for(Path::new("/x/target/release"));
+        assert_ne!(a, b);
+        assert_eq!(a, lib_dir_for(Path::new("/x/target/debug")));
+    }
+
+    #[test]
+    fn bad_spec_is_refused_before_anything_else() {
+        let e = nvml_lib("lots of GPUs").unwrap_err();
+        assert!(e.starts_with("--simulated-gpu:"), "{e}");
+    }
 }

@@ -1,0 +1,309 @@
+//! Evidence and plots from a fragprobe trace: the records replayed into the shared
+//! address-space model, with the state at every failed allocation captured on the way.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use fragprobe_shared::format::{EventKind, Record};
+use fragprobe_shared::model::{DeviceId, Metric, Model};
+use fragprobe_shared::trace::{Trace, TraceError};
+
+use super::chart::{Chart, Marker, MarkerKind, Series};
+use super::diagnose::{Evidence, Failure};
+use super::evidence::DeviceEvidence;
+use crate::exit;
+
+/// A failed allocation with the figures the model had right after it.
+#[derive(Clone, Debug)]
+struct SeenFailure {
+    device: DeviceId,
+    failure: Failure,
+    others: Option<u64>,
+}
+
+/// The replayed trace and what was captured during the replay.
+pub struct Replayed {
+    /// The model after every record.
+    pub model: Model,
+    failures: Vec<SeenFailure>,
+    /// Timestamp of the first record (ns, CLOCK_MONOTONIC).
+    pub first_ns: u64,
+}
+
+fn trace_error(e: TraceError) -> (u8, String) {
+    let code = match &e {
+        TraceError::Io { .. } => exit::NO_INPUT,
+        TraceError::Version { .. } => exit::VERSION,
+        _ => exit::BAD_INPUT,
+    };
+    (code, e.to_string())
+}
+
+fn is_allocating(kind: EventKind) -> bool {
+    matches!(
+        kind,
+        EventKind::Alloc | EventKind::AsyncAlloc | EventKind::ManagedAlloc | EventKind::MemCreate
+    )
+}
+
+/// Opens `path` and replays it. Errors carry the exit code.
+pub fn replay(path: &Path) -> Result<Replayed, (u8, String)> {
+    let trace = Trace::open(path).map_err(trace_error)?;
+    for w in trace.warnings() {
+        eprintln!("fragprobe: {}: {w}", path.display());
+    }
+    let mut model = Model::new();
+    let mut failures = Vec::new();
+    // Latest NVML per-process figure: (device, pid) → bytes.
+    let mut proc_used: HashMap<(DeviceId, u32), u64> = HashMap::new();
+    let mut first_ns = u64::MAX;
+    for r in trace.records() {
+        apply(&mut model, &trace, &r);
+        if r.ts_ns != 0 {
+            first_ns = first_ns.min(r.ts_ns);
+        }
+        let Some(kind) = r.kind() else { continue };
+        if kind == EventKind::NvmlSample && r.aux2 != u64::MAX {
+            if let Some(d) = model.devices().iter().find(|d| {
+                d.samples()
+                    .nvml_at
+                    .is_some_and(|w| w.seq == r.seq && w.pid == r.pid)
+            }) {
+                proc_used.insert((d.id(), r.pid), r.aux2);
+            }
+        }
+        if is_allocating(kind) && !r.ok() {
+            if let Some(f) = capture_failure(&model, &r, &proc_used) {
+                failures.push(f);
+            }
+        }
+    }
+    Ok(Replayed {
+        model,
+        failures,
+        first_ns: if first_ns == u64::MAX { 0 } else { first_ns },
+    })
+}
+
+fn apply(model: &mut Model, trace: &Trace, r: &Record) {
+    if r.meta != 0 {
+        if let Some(e) = trace.meta(r.pid, r.meta) {
+            model.apply_with_meta(r, Some(&e));
+            return;
+        }
+    }
+    model.apply(r);
+}
+
+fn capture_failure(
+    model: &Model,
+    r: &Record,
+    proc_used: &HashMap<(DeviceId, u32), u64>,
+) -> Option<SeenFailure> {
+    let fa = model
+        .failed_allocs()
+        .last()
+        .filter(|f| f.seq == r.seq && f.pid == r.pid)?;
+    let space = model
+        .space_id(r.pid, r.device)
+        .and_then(|s| model.space(s))?;
+    let dev = model.device(space.device())?;
+    let live = dev.totals().live_bytes;
+    let others = dev.samples().nvml_used.map(|used| {
+        let mine: u64 = proc_used
+            .iter()
+            .filter(|((d, _), _)| *d == dev.id())
+            .map(|(_, b)| *b)
+            .sum();
+        used.saturating_sub(mine)
+    });
+    Some(SeenFailure {
+        device: dev.id(),
+        failure: Failure {
+            t_ns: r.ts_ns,
+            request: fa.size,
+            live,
+            free_total: fa.total_free,
+            largest_free: fa.largest_free,
+            cached_unused: None,
+        },
+        // Only meaningful once a per-process figure says what the run itself holds.
+        others: others.filter(|_| proc_used.keys().any(|(d, _)| *d == dev.id())),
+    })
+}
+
+/// Whether device ordinal `ord` is in the `-i` selection (all when empty).
+fn selected(gpus: &[u32], ord: i16) -> bool {
+    gpus.is_empty() || u32::try_from(ord).is_ok_and(|o| gpus.contains(&o))
+}
+
+fn looks_like_pytorch(model: &Model) -> bool {
+    model.processes().iter().any(|p| {
+        let i = p.info();
+        i.alloc_conf.is_some()
+            || i.cmdline.iter().any(|a| a.contains("torch"))
+            || i.cmdline.first().is_some_and(|a| {
+                a.rsplit('/')
+                    .next()
+                    .is_some_and(|b| b.starts_with("python"))
+            })
+    })
+}
+
+fn capacity(model: &Model, d: DeviceId) -> Option<u64> {
+    let dev = model.device(d)?;
+    dev.info()
+        .total_bytes
+        .or(dev.samples().nvml_total)
+        .or(dev.samples().driver_total)
+}
+
+fn title(model: &Model, d: DeviceId) -> String {
+    let Some(dev) = model.device(d) else {
+        return "device ?".into();
+    };
+    let name = dev.info().name.clone().unwrap_or_else(|| "name n/a".into());
+    format!("GPU {} ({name})", dev.ordinal())
+}
+
+/// Evidence per device from a trace. Errors carry the exit code.
+pub fn from_trace(path: &Path, gpus: &[u32]) -> Result<Vec<DeviceEvidence>, (u8, String)> {
+    let rp = replay(path)?;
+    let m = &rp.model;
+    let pytorch = looks_like_pytorch(m);
+    let free_of = |d: DeviceId| {
+        let dev = m.device(d)?;
+        let s = dev.samples();
+        s.driver_free
+            .or_else(|| Some(s.nvml_total?.saturating_sub(s.nvml_used?)))
+    };
+    let mut out = Vec::new();
+    for dev in m.devices() {
+        let ord = dev.ordinal();
+        if !selected(gpus, ord) {
+            continue;
+        }
+        let id = dev.id();
+        let mine: Vec<&SeenFailure> = rp.failures.iter().filter(|f| f.device == id).collect();
+        let live: Vec<(u64, u64)> = dev
+            .series()
+            .get(Metric::Live)
+            .points()
+            .map(|b| (b.t, b.min.max(0.0) as u64))
+            .collect();
+        let nvml = dev.series().get(Metric::NvmlUsed);
+        let unfreed: u64 = dev
+            .spaces()
+            .filter_map(|s| m.space(s))
+            .filter_map(|s| m.process(s.pid()).and_then(|p| p.exit()).map(|_| s))
+            .filter_map(|s| s.exit_snapshot().map(|x| x.totals.live_bytes))
+            .sum();
+        out.push(DeviceEvidence {
+            title: title(m, id),
+            evidence: Evidence {
+                source: format!("trace {}", path.display()),
+                device: (ord >= 0).then_some(ord as u32),
+                capacity: capacity(m, id),
+                reserved: 0,
+                failures: mine.iter().map(|f| f.failure.clone()).collect(),
+                others: Vec::new(),
+                others_unattributed: mine.iter().filter_map(|f| f.others).max(),
+                live,
+                live_label: "live bytes".into(),
+                peak_used: nvml.max_value().map(|v| v as u64),
+                unfreed_at_exit: (unfreed > 0).then_some(unfreed),
+                pytorch,
+                other_gpus: m
+                    .devices()
+                    .iter()
+                    .filter(|o| o.id() != id && o.ordinal() >= 0)
+                    .filter_map(|o| free_of(o.id()).map(|f| (o.ordinal() as u32, f)))
+                    .collect(),
+            },
+        });
+    }
+    if out.is_empty() {
+        return Err((
+            exit::BAD_INPUT,
+            format!(
+                "{} holds no device activity{}",
+                path.display(),
+                if gpus.is_empty() {
+                    String::new()
+                } else {
+                    format!(" for GPU(s) {gpus:?}")
+                }
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+/// A plot from a trace: live bytes (and NVML's device used, when sampled) per device over
+/// time, failed allocations marked. Errors carry the exit code.
+pub fn chart_from_trace(
+    path: &Path,
+    gpus: &[u32],
+    title_text: &str,
+    threshold: f64,
+) -> Result<Chart, (u8, String)> {
+    let rp = replay(path)?;
+    let m = &rp.model;
+    let t0 = rp.first_ns;
+    let secs = |t: u64| t.saturating_sub(t0) as f64 / 1e9;
+    let mut series = Vec::new();
+    let mut markers = Vec::new();
+    for dev in m.devices() {
+        let ord = dev.ordinal();
+        if !selected(gpus, ord) {
+            continue;
+        }
+        let total = capacity(m, dev.id()).map(|t| t as f64);
+        let idx = series.len();
+        let live = dev.series().get(Metric::Live);
+        series.push(Series {
+            label: format!("{} live bytes", title(m, dev.id())),
+            points: step_points(live.points().map(|b| (secs(b.t), b.max, b.last))),
+            total,
+        });
+        let nvml = dev.series().get(Metric::NvmlUsed);
+        if !nvml.is_empty() {
+            series.push(Series {
+                label: format!("GPU {ord} NVML used"),
+                points: nvml.points().map(|b| (secs(b.t), b.last)).collect(),
+                total,
+            });
+        }
+        for f in rp.failures.iter().filter(|f| f.device == dev.id()) {
+            markers.push(Marker {
+                t: secs(f.failure.t_ns),
+                kind: MarkerKind::Failure,
+                series: Some(idx),
+            });
+        }
+    }
+    Ok(Chart {
+        title: title_text.to_string(),
+        series,
+        markers,
+        threshold_pct: (threshold > 0.0).then_some(threshold),
+        width: 1200,
+        height: 600,
+    })
+}
+
+/// Step-function points from buckets (t, max, last): each bucket's peak is drawn, then
+/// its closing value, so downsampled peaks stay visible.
+fn step_points(b: impl Iterator<Item = (f64, f64, f64)>) -> Vec<(f64, f64)> {
+    let mut out: Vec<(f64, f64)> = Vec::new();
+    for (t, max, last) in b {
+        if let Some(&(_, prev)) = out.last() {
+            out.push((t, prev));
+        }
+        out.push((t, max));
+        if last != max {
+            out.push((t, last));
+        }
+    }
+    out
+}
