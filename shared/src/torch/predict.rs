@@ -85,6 +85,41 @@ pub fn simulate_workload(w: &Workload, cfg: &Config) -> Prediction {
     p
 }
 
+/// Replays `w` under every configuration, on as many threads as the machine offers (each
+/// configuration is independent). Results are in the order of `cfgs`.
+pub fn simulate_all(w: &Workload, cfgs: &[Config]) -> Vec<Prediction> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(cfgs.len().max(1));
+    if threads <= 1 {
+        return cfgs.iter().map(|c| simulate_workload(w, c)).collect();
+    }
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut out: Vec<Option<Prediction>> = vec![None; cfgs.len()];
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(c) = cfgs.get(i) else { break };
+                        done.push((i, simulate_workload(w, c)));
+                    }
+                    done
+                })
+            })
+            .collect();
+        for h in handles {
+            // A panicking replay is a bug; surface it instead of hiding a result.
+            for (i, p) in h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)) {
+                out[i] = Some(p);
+            }
+        }
+    });
+    out.into_iter().map(Option::unwrap_or_default).collect()
+}
+
 /// The recorded run, as replayed exactly by the verifier.
 #[derive(Clone, Debug, Default)]
 pub struct Recorded {
@@ -157,23 +192,39 @@ pub fn predict(
     let mut own_run = own.clone();
     own_run.capacity = capacity;
     own_run.device_total = capacity;
-    let mut base = simulate_workload(&w, &own_run);
-    base.baseline = true;
-    report.predictions.push(base);
-    for c in confs {
-        let p = match Config::parse(c, version) {
+    // Parse everything first, then replay all configurations in parallel.
+    let mut cfgs = vec![own_run];
+    let mut errors: Vec<(usize, Prediction)> = Vec::new();
+    for (i, c) in confs.iter().enumerate() {
+        match Config::parse(c, version) {
             Ok(mut cfg) => {
                 cfg.capacity = capacity;
                 cfg.device_total = capacity;
-                simulate_workload(&w, &cfg)
+                cfgs.push(cfg);
             }
-            Err(e) => Prediction {
-                conf: c.clone(),
-                error: Some(e.to_string()),
-                ..Prediction::default()
-            },
-        };
-        report.predictions.push(p);
+            Err(e) => errors.push((
+                i + 1,
+                Prediction {
+                    conf: c.clone(),
+                    error: Some(e.to_string()),
+                    ..Prediction::default()
+                },
+            )),
+        }
     }
+    let mut done = simulate_all(&w, &cfgs).into_iter();
+    let mut preds = Vec::with_capacity(confs.len() + 1);
+    let mut errors = errors.into_iter().peekable();
+    for i in 0..=confs.len() {
+        if errors.peek().is_some_and(|(j, _)| *j == i) {
+            preds.extend(errors.next().map(|(_, p)| p));
+        } else {
+            preds.extend(done.next());
+        }
+    }
+    if let Some(base) = preds.first_mut() {
+        base.baseline = true;
+    }
+    report.predictions = preds;
     report
 }

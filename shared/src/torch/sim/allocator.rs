@@ -246,17 +246,16 @@ impl Allocator {
 
     pub(super) fn insert_free(&mut self, id: u32) {
         let b = self.arena.get(id);
-        let key = (b.stream, b.size, b.addr);
-        let pool = b.pool as usize;
+        let (stream, size, addr, pool) = (b.stream, b.size, b.addr, b.pool as usize);
         let calls = self.pools[pool].get_free_calls;
         self.arena.get_mut(id).gc_base = calls;
-        self.pools[pool].free.insert(key, id);
+        self.pools[pool].insert_free(stream, size, addr, id);
     }
 
     pub(super) fn remove_free(&mut self, id: u32) {
         let b = self.arena.get(id);
-        let key = (b.stream, b.size, b.addr);
-        self.pools[b.pool as usize].free.remove(&key);
+        let (stream, size, addr, pool) = (b.stream, b.size, b.addr, b.pool as usize);
+        self.pools[pool].remove_free(stream, size, addr);
     }
 
     /// `try_merge_blocks`: absorbs `src` into `dst` when `src` is free and equally mapped.
@@ -269,13 +268,9 @@ impl Allocator {
             return 0;
         }
         if s.mapped {
-            self.pools[s.pool as usize]
-                .free
-                .remove(&(s.stream, s.size, s.addr));
+            self.pools[s.pool as usize].remove_free(s.stream, s.size, s.addr);
         } else {
-            self.pools[s.pool as usize]
-                .unmapped
-                .remove(&(s.stream, s.addr));
+            self.pools[s.pool as usize].remove_unmapped(s.stream, s.addr);
         }
         if self.arena.get(dst).prev == src {
             let d = self.arena.get_mut(dst);
@@ -377,38 +372,34 @@ impl Allocator {
         if self.gc_active() {
             self.pools[pool].get_free_calls += 1;
         }
-        let mut it = self.pools[pool].free.range((stream, size, 0)..);
-        let (&(s, _, _), &first) = it.next()?;
-        if s != stream {
-            return None;
-        }
-        let mut cur = first;
-        if self.arena.get(cur).exp != NIL {
-            if self.cfg.expandable_segments {
-                // Best fit counts an expandable block as big as it could grow.
-                for (&(s2, _, _), &next) in it {
-                    if self.arena.get(cur).exp == NIL
-                        || s2 != stream
-                        || self.expandable_size(next) >= self.expandable_size(cur)
-                    {
-                        break;
-                    }
-                    cur = next;
-                }
-            } else {
-                // Expandable segments were switched off: use only ordinary blocks.
-                loop {
-                    let (&(s2, _, _), &next) = it.next()?;
-                    if s2 != stream {
-                        return None;
-                    }
-                    if self.arena.get(next).exp == NIL {
+        let cur = {
+            let mut it = self.pools[pool].free_from(stream, size);
+            let (_, _, first) = it.next()?;
+            let mut cur = first;
+            if self.arena.get(cur).exp != NIL {
+                if self.cfg.expandable_segments {
+                    // Best fit counts an expandable block as big as it could grow.
+                    for (_, _, next) in it {
+                        if self.arena.get(cur).exp == NIL
+                            || self.expandable_size(next) >= self.expandable_size(cur)
+                        {
+                            break;
+                        }
                         cur = next;
-                        break;
+                    }
+                } else {
+                    // Expandable segments were switched off: use only ordinary blocks.
+                    loop {
+                        let (_, _, next) = it.next()?;
+                        if self.arena.get(next).exp == NIL {
+                            cur = next;
+                            break;
+                        }
                     }
                 }
             }
-        }
+            cur
+        };
         let bsize = self.arena.get(cur).size;
         let m = self.cfg.max_split_size;
         // Do not return an oversized block for a small request…
@@ -664,12 +655,11 @@ impl Allocator {
         }
         let key = size.max(m);
         let first = self.pools[pool]
-            .free
-            .range((stream, key, 0)..)
+            .free_from(stream, key)
             .next()
-            .map(|(k, &id)| (k.0, id));
-        if let Some((s, id)) = first {
-            if s == stream && self.arena.get(id).exp == NIL {
+            .map(|(_, _, id)| id);
+        if let Some(id) = first {
+            if self.arena.get(id).exp == NIL {
                 if self.arena.get(id).is_split() {
                     // PyTorch would cudaFree the middle of a segment here; a configuration
                     // that creates split oversize blocks is outside what can be simulated.
@@ -681,11 +671,9 @@ impl Allocator {
         }
         // No single block is large enough: free oversize blocks from the largest down.
         let candidates: Vec<u32> = self.pools[pool]
-            .free
-            .range(..(stream, key, 0))
-            .rev()
-            .take_while(|(k, _)| k.0 == stream && k.1 >= m)
-            .map(|(_, &id)| id)
+            .free_below(stream, key)
+            .take_while(|&(size, _, _)| size >= m)
+            .map(|(_, _, id)| id)
             .collect();
         if candidates.is_empty() {
             return false;
@@ -713,7 +701,7 @@ impl Allocator {
     }
 
     fn release_blocks<A: AddressSource + ?Sized>(&mut self, pool: usize, src: &mut A) {
-        let ids: Vec<u32> = self.pools[pool].free.values().copied().collect();
+        let ids: Vec<u32> = self.pools[pool].all_free().collect();
         let mut to_unmap = Vec::new();
         for id in ids {
             let b = self.arena.get(id);
@@ -745,7 +733,7 @@ impl Allocator {
         let age = |b: &Block| (calls - b.gc_base).max(0) as u64;
         let mut total_age = 0u64;
         let mut count = 0u64;
-        for &id in self.pools[0].free.values() {
+        for id in self.pools[0].all_free() {
             let b = self.arena.get(id);
             if !b.is_split() {
                 total_age += age(b);
@@ -761,7 +749,7 @@ impl Allocator {
         while reclaimed < target && freed && count > 0 {
             let threshold_age = total_age as f64 / count as f64;
             freed = false;
-            let ids: Vec<u32> = self.pools[0].free.values().copied().collect();
+            let ids: Vec<u32> = self.pools[0].all_free().collect();
             for id in ids {
                 let b = self.arena.get(id);
                 if !b.is_split() && b.exp == NIL && age(b) as f64 >= threshold_age {
@@ -786,10 +774,7 @@ impl Allocator {
         let Some(meta) = self.segs.get(&addr).copied() else {
             return false;
         };
-        let found = self.pools[meta.pool as usize]
-            .free
-            .get(&(meta.stream, meta.size, addr))
-            .copied();
+        let found = self.pools[meta.pool as usize].get_free(meta.stream, meta.size, addr);
         match found {
             Some(id) if !self.arena.get(id).is_split() => {
                 self.release_block(id, src);

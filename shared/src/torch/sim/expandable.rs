@@ -46,13 +46,9 @@ impl Allocator {
         size: u64,
         src: &mut A,
     ) -> u32 {
-        let candidates: Vec<u32> = self.pools[pool]
-            .unmapped
-            .range((stream, 0)..)
-            .take_while(|(k, _)| k.0 == stream)
-            .map(|(_, &id)| id)
-            .collect();
-        for c in candidates {
+        // The lowest unmapped run whose free predecessor plus itself (and what follows)
+        // holds `size`; checked without collecting (this runs on every new mapping).
+        let found = self.pools[pool].unmapped_of(stream).find_map(|c| {
             let prev = self.arena.get(c).prev;
             let start = if self.allocatable(prev) { prev } else { c };
             let mut bytes = 0u64;
@@ -61,9 +57,10 @@ impl Allocator {
                 bytes += self.arena.get(b).size;
                 b = self.arena.get(b).next;
             }
-            if bytes >= size {
-                return start;
-            }
+            (bytes >= size).then_some(start)
+        });
+        if let Some(start) = found {
+            return start;
         }
         let small = self.pools[pool].small;
         let page = self.page_size(small);
@@ -93,7 +90,7 @@ impl Allocator {
             exp,
             gc_base: 0,
         });
-        self.pools[pool].unmapped.insert((stream, base), id);
+        self.pools[pool].insert_unmapped(stream, base, id);
         id
     }
 
@@ -123,9 +120,7 @@ impl Allocator {
                 }
             }
         }
-        self.pools[b.pool as usize]
-            .unmapped
-            .remove(&(b.stream, b.addr));
+        self.pools[b.pool as usize].remove_unmapped(b.stream, b.addr);
         self.arena.get_mut(id).mapped = true;
         if bytes < b.size {
             let rest = self.arena.add(Block {
@@ -148,9 +143,7 @@ impl Allocator {
             let bm = self.arena.get_mut(id);
             bm.next = rest;
             bm.size = bytes;
-            self.pools[b.pool as usize]
-                .unmapped
-                .insert((b.stream, b.addr + bytes), rest);
+            self.pools[b.pool as usize].insert_unmapped(b.stream, b.addr + bytes, rest);
         }
         let prev = self.arena.get(id).prev;
         self.try_merge(id, prev);
@@ -274,9 +267,8 @@ impl Allocator {
         let next = self.arena.get(id).next;
         self.try_merge(id, next);
         let nb = self.arena.get(id);
-        self.pools[b.pool as usize]
-            .unmapped
-            .insert((nb.stream, nb.addr), id);
+        let (st, ad) = (nb.stream, nb.addr);
+        self.pools[b.pool as usize].insert_unmapped(st, ad, id);
         self.sub_reserved(usize_);
         self.stats.unmaps += 1;
         self.stats.pages_unmapped += end - begin;
@@ -294,9 +286,7 @@ impl Allocator {
         if b.mapped || b.is_split() {
             return;
         }
-        self.pools[b.pool as usize]
-            .unmapped
-            .remove(&(b.stream, b.addr));
+        self.pools[b.pool as usize].remove_unmapped(b.stream, b.addr);
         if let Some(seg) = self.exps.get_mut(b.exp as usize).and_then(Option::take) {
             src.release(seg.base, seg.size);
         }

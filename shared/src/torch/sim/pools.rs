@@ -54,17 +54,39 @@ impl Block {
     }
 }
 
+/// The cached blocks of one stream in one pool.
+#[derive(Clone, Debug)]
+pub struct Lane {
+    /// The stream.
+    pub stream: u64,
+    /// Free mapped blocks by (size, address), packed as `size << 64 | address`.
+    free: BTreeMap<u128, u32>,
+    /// Unmapped blocks of expandable segments by address.
+    unmapped: BTreeMap<u64, u32>,
+}
+
+#[inline]
+fn key(size: u64, addr: u64) -> u128 {
+    ((size as u128) << 64) | addr as u128
+}
+
+#[inline]
+fn unkey(k: u128) -> (u64, u64) {
+    ((k >> 64) as u64, k as u64)
+}
+
 /// A pool of cached blocks (PyTorch's `BlockPool`).
+///
+/// PyTorch keeps one set ordered by (stream, size, address); here each stream has its own
+/// lane ordered by (size, address), and lanes are kept in stream order, which is the same
+/// order.
 #[derive(Clone, Debug)]
 pub struct Pool {
     /// Small (≤ 1 MiB requests) or large.
     pub small: bool,
     /// Memory pool id ((0, 0) = default).
     pub id: PoolId,
-    /// Free mapped blocks by (stream, size, address).
-    pub free: BTreeMap<(u64, u64, u64), u32>,
-    /// Unmapped blocks of expandable segments by (stream, address).
-    pub unmapped: BTreeMap<(u64, u64), u32>,
+    lanes: Vec<Lane>,
     /// `get_free_blocks_call_count` (counted only while garbage collection is active).
     pub get_free_calls: i64,
 }
@@ -75,10 +97,108 @@ impl Pool {
         Pool {
             small,
             id,
-            free: BTreeMap::new(),
-            unmapped: BTreeMap::new(),
+            lanes: Vec::new(),
             get_free_calls: 0,
         }
+    }
+
+    fn lane(&self, stream: u64) -> Option<&Lane> {
+        match self.lanes.binary_search_by_key(&stream, |l| l.stream) {
+            Ok(i) => Some(&self.lanes[i]),
+            Err(_) => None,
+        }
+    }
+
+    fn lane_mut(&mut self, stream: u64) -> &mut Lane {
+        let i = match self.lanes.binary_search_by_key(&stream, |l| l.stream) {
+            Ok(i) => i,
+            Err(i) => {
+                self.lanes.insert(
+                    i,
+                    Lane {
+                        stream,
+                        free: BTreeMap::new(),
+                        unmapped: BTreeMap::new(),
+                    },
+                );
+                i
+            }
+        };
+        &mut self.lanes[i]
+    }
+
+    /// Adds a free block.
+    #[inline]
+    pub fn insert_free(&mut self, stream: u64, size: u64, addr: u64, id: u32) {
+        self.lane_mut(stream).free.insert(key(size, addr), id);
+    }
+
+    /// Removes a free block; returns its id.
+    #[inline]
+    pub fn remove_free(&mut self, stream: u64, size: u64, addr: u64) -> Option<u32> {
+        match self.lanes.binary_search_by_key(&stream, |l| l.stream) {
+            Ok(i) => self.lanes[i].free.remove(&key(size, addr)),
+            Err(_) => None,
+        }
+    }
+
+    /// The free block with exactly this stream, size and address.
+    pub fn get_free(&self, stream: u64, size: u64, addr: u64) -> Option<u32> {
+        self.lane(stream)
+            .and_then(|l| l.free.get(&key(size, addr)).copied())
+    }
+
+    /// Free blocks of `stream` with size ≥ `size`, smallest (then lowest address) first:
+    /// `(size, address, id)`.
+    pub fn free_from(&self, stream: u64, size: u64) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+        self.lane(stream)
+            .into_iter()
+            .flat_map(move |l| l.free.range(key(size, 0)..))
+            .map(|(&k, &id)| {
+                let (s, a) = unkey(k);
+                (s, a, id)
+            })
+    }
+
+    /// Free blocks of `stream` with size < `size`, largest first: `(size, address, id)`.
+    pub fn free_below(&self, stream: u64, size: u64) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
+        self.lane(stream)
+            .into_iter()
+            .flat_map(move |l| l.free.range(..key(size, 0)).rev())
+            .map(|(&k, &id)| {
+                let (s, a) = unkey(k);
+                (s, a, id)
+            })
+    }
+
+    /// Every free block, in PyTorch's (stream, size, address) order.
+    pub fn all_free(&self) -> impl Iterator<Item = u32> + '_ {
+        self.lanes.iter().flat_map(|l| l.free.values().copied())
+    }
+
+    /// Number of free blocks.
+    pub fn free_count(&self) -> usize {
+        self.lanes.iter().map(|l| l.free.len()).sum()
+    }
+
+    /// Adds an unmapped block.
+    pub fn insert_unmapped(&mut self, stream: u64, addr: u64, id: u32) {
+        self.lane_mut(stream).unmapped.insert(addr, id);
+    }
+
+    /// Removes an unmapped block.
+    pub fn remove_unmapped(&mut self, stream: u64, addr: u64) -> Option<u32> {
+        match self.lanes.binary_search_by_key(&stream, |l| l.stream) {
+            Ok(i) => self.lanes[i].unmapped.remove(&addr),
+            Err(_) => None,
+        }
+    }
+
+    /// Unmapped blocks of `stream`, lowest address first.
+    pub fn unmapped_of(&self, stream: u64) -> impl Iterator<Item = u32> + '_ {
+        self.lane(stream)
+            .into_iter()
+            .flat_map(|l| l.unmapped.values().copied())
     }
 }
 

@@ -184,7 +184,7 @@ impl Allocator {
             if prev != NIL {
                 a.arena.get_mut(prev).next = id;
             }
-            a.pools[pool].unmapped.insert((stream, addr), id);
+            a.pools[pool].insert_unmapped(stream, addr, id);
             id
         };
         for s in ranges {
