@@ -50,7 +50,7 @@ fn setup(live: usize, moves: usize) -> (Model, Vec<Record>) {
     for _ in 0..live {
         let s = size(&mut rng);
         // Leave a gap now and then so the arena has holes from the start.
-        if rng.next() % 4 == 0 {
+        if rng.next().is_multiple_of(4) {
             top += size(&mut rng);
         }
         regions.push((top, s, seq));
