@@ -69,31 +69,29 @@
 //! # Resync
 //!
 //! [`resync_records`] (consumer feature) turns a snapshot into records:
-//! `ResyncBegin { seq = aux = H, size = entries }`, one `ResyncEntry` per entry
+//! `ResyncBegin { seq = aux = W, size = entries }`, one `ResyncEntry` per entry
 //! (`addr = key, size, aux, aux2, device, result = class, seq = entry seq`), and
-//! `ResyncEnd { seq = aux = E, size = entries }`, where
+//! `ResyncEnd { seq = aux = E, size = entries }`, where `W` (the watermark) is the ring's
+//! tail read just before the scan and `E` the tail after it.
 //!
-//! * `H` = the ring's head when the resync starts: the next sequence number the consumer will
-//!   deliver. The consumer puts the resync records into its stream right there, before
-//!   record `H`, and then delivers every record from `H` on (it must not skip any);
-//! * `T` = the ring's tail read just before the scan: entries with `seq >= T` are left out,
-//!   their records arrive through the ring after the resync. Entries whose event was dropped
-//!   (ring full) carry [`SEQ_DROPPED`] and are always included;
-//! * `E` = the ring's tail after the scan.
+//! * Entries with `seq > W` are left out: they were claimed after the scan began and their
+//!   records arrive through the ring. An entry whose event was dropped (ring full) carries
+//!   [`SEQ_DROPPED`] (always included) or the tail at the time of the drop (never above
+//!   `W`, the tail only grows).
+//! * The consumer puts the resync records into its stream and from then on **skips records
+//!   with `seq < W`**: the snapshot already reflects them. (Delivering them instead would
+//!   resurrect an object allocated in `[head, W)` whose free was dropped before the scan.)
+//! * The model replaces the process's state with the snapshot; an allocation record whose
+//!   seq equals the snapshot entry's seq for that object is a duplicate (an entry with
+//!   `seq == W`) and is skipped; a free of an object it does not know, with a seq in
+//!   `[W, E)`, is benign (the probe removed the entry before the scan reached it). After
+//!   `E` it is a real anomaly.
 //!
-//! Rules for the model (which `crate::model` follows):
-//!
-//! * the snapshot replaces the process's state;
-//! * an allocation record whose seq equals the seq of the snapshot entry for that object is
-//!   a duplicate (entries with seq in `[H, T)` are both in the snapshot and delivered after
-//!   it): skip it;
-//! * a free of an object the model does not know, with a seq in `[H, E)`, is benign: the
-//!   probe removed the entry before the scan reached it (or the free was claimed before the
-//!   scan and the allocation was also in `[H, T)`). After `E` it is a real anomaly.
-//!
-//! This order of operations is exact: every object alive at the end of the stream either is
-//! in the snapshot or has its allocation delivered after it, and every free after the
-//! snapshot is delivered.
+//! Exactness: every object alive at the end is in the snapshot or has its allocation at
+//! `seq >= W`, and every free at `seq >= W` is delivered. The one race left is an event
+//! claimed just before `W` whose live-table update lands after the scan passed its slot (a
+//! window of a few instructions in the probe between claim and update): the model may then
+//! keep a freed object, or miss a new one, until the next resync.
 
 use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
@@ -101,7 +99,8 @@ use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 pub const LIVE_HEADER: usize = 64;
 /// Bytes of one live-table entry.
 pub const LIVE_ENTRY_SIZE: usize = 48;
-/// The `seq` of an entry whose event was dropped (ring full): always part of a resync.
+/// The `seq` for an entry whose event was dropped (ring full): always part of a resync.
+/// (The ring's tail at the time of the drop works too.)
 pub const SEQ_DROPPED: u64 = u64::MAX;
 
 const WORDS: usize = LIVE_ENTRY_SIZE / 8;
@@ -686,8 +685,8 @@ impl LiveTable {
 }
 
 /// The resync records for the ring's live table (see the module documentation), with
-/// `ts_ns` set to the consumer's last heartbeat. The consumer puts them into its stream just
-/// before the record with seq `ring.head()`, and then delivers every record from there on.
+/// `ts_ns` set to the consumer's last heartbeat. The consumer puts them into its stream and
+/// then skips records whose seq is below the watermark (`ResyncBegin.aux`, the first record).
 #[cfg(feature = "consumer")]
 pub fn resync_records(ring: &crate::ring::Ring) -> Vec<crate::format::Record> {
     resync_records_at(ring, ring.heartbeat_ns())
@@ -697,12 +696,11 @@ pub fn resync_records(ring: &crate::ring::Ring) -> Vec<crate::format::Record> {
 #[cfg(feature = "consumer")]
 pub fn resync_records_at(ring: &crate::ring::Ring, ts_ns: u64) -> Vec<crate::format::Record> {
     use crate::format::{Api, EventKind, Record, DEVICE_UNKNOWN};
-    let head = ring.head();
-    let cutoff = ring.tail();
+    let watermark = ring.tail();
     let pid = ring.pid();
     let mut out = vec![Record::default()];
     ring.live().for_each(|e| {
-        if e.seq != SEQ_DROPPED && e.seq >= cutoff {
+        if e.seq != SEQ_DROPPED && e.seq > watermark {
             return;
         }
         out.push(Record {
@@ -733,7 +731,7 @@ pub fn resync_records_at(ring: &crate::ring::Ring, ts_ns: u64) -> Vec<crate::for
         device: DEVICE_UNKNOWN,
         ..Record::default()
     };
-    out[0] = marker(EventKind::ResyncBegin, head);
+    out[0] = marker(EventKind::ResyncBegin, watermark);
     out.push(marker(EventKind::ResyncEnd, end));
     out
 }

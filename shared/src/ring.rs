@@ -756,6 +756,54 @@ impl Ring {
         }
     }
 
+    /// Like [`Ring::drain`], but stops (with [`DrainEnd::Max`]) before the first record that
+    /// may depend on a drop the consumer has not accounted for, i.e. as soon as
+    /// [`Ring::dropped`] exceeds `seen_dropped`. The caller then records the loss and resyncs
+    /// ([`resync_records`](crate::live::resync_records)) before delivering more, so that, say,
+    /// the free of an allocation whose event was dropped comes after the loss marker.
+    ///
+    /// Why this is enough: a producer increments the drop counter before it commits any
+    /// later event, and the consumer reads the counter after acquiring each record, so a
+    /// record that happens after a drop (same thread, or synchronised by the program) is
+    /// never delivered before the drop is visible.
+    pub fn drain_until_drop(
+        &self,
+        max: usize,
+        seen_dropped: u64,
+        out: &mut impl FnMut(&Record),
+    ) -> DrainStatus {
+        let head = self.word(OFF_HEAD);
+        let dropped = self.word(OFF_DROPPED);
+        let mut pos = head.load(Ordering::Relaxed);
+        let mut count = 0;
+        while count < max {
+            let st = self.state(pos);
+            let s = st.load(Ordering::Acquire);
+            if s != pos.wrapping_add(1) {
+                let end = if s == pos && self.word(OFF_TAIL).load(Ordering::Acquire) <= pos {
+                    DrainEnd::Empty
+                } else {
+                    DrainEnd::Pending { seq: pos }
+                };
+                return DrainStatus { count, end };
+            }
+            // After the acquire above: sees every drop that happened before this commit.
+            if dropped.load(Ordering::Relaxed) > seen_dropped {
+                break;
+            }
+            let rec = self.read_slot(pos);
+            st.store(pos.wrapping_add(self.cap), Ordering::Release);
+            pos = pos.wrapping_add(1);
+            head.store(pos, Ordering::Release);
+            out(&rec);
+            count += 1;
+        }
+        DrainStatus {
+            count,
+            end: DrainEnd::Max,
+        }
+    }
+
     /// Events refused because the ring was full (they have no sequence number).
     pub fn dropped(&self) -> u64 {
         self.word(OFF_DROPPED).load(Ordering::Relaxed)

@@ -304,6 +304,9 @@ fn resync_records_describe_the_live_table() {
     // An allocation whose event was dropped.
     ring.live()
         .insert(11 << 20, LiveClass::Handle, 0, 1100, 0, 0, SEQ_DROPPED);
+    // A dropped allocation recorded with the tail at the time (6) instead: also included.
+    ring.live()
+        .insert(13 << 20, LiveClass::Device, 0, 1300, 0, 0, ring.tail());
     // An allocation claimed after the scan started (seq beyond the tail): left out.
     ring.live()
         .insert(12 << 20, LiveClass::Device, 0, 1200, 0, 0, 100);
@@ -315,12 +318,12 @@ fn resync_records_describe_the_live_table() {
     let (begin, end) = (recs[0], recs[recs.len() - 1]);
     assert_eq!(
         (begin.seq, begin.aux, begin.size),
-        (4, 4, 5),
-        "begin = consumer head; 5 entries"
+        (6, 6, 6),
+        "watermark = tail before the scan; 6 entries"
     );
     assert_eq!(
         (end.seq, end.aux, end.size),
-        (6, 6, 5),
+        (6, 6, 6),
         "end = tail after the scan"
     );
     let mut entries: Vec<(u64, u64, u32, u64)> = recs[1..recs.len() - 1]
@@ -336,8 +339,9 @@ fn resync_records_describe_the_live_table() {
             (4 << 20, 400, LiveClass::Device as u32, 3),
             (9 << 20, 900, LiveClass::Async as u32, 5),
             (11 << 20, 1100, LiveClass::Handle as u32, SEQ_DROPPED),
+            (13 << 20, 1300, LiveClass::Device as u32, 6),
         ],
-        "entries below the tail are in (seq 5 also arrives later: a duplicate the model skips)"
+        "entries up to the watermark are in; the consumer skips records below it"
     );
     assert!(recs.iter().all(|r| r.ts_ns == 555 && r.pid == 42));
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_shared::live::{resync_records_at, LiveClass, SEQ_DROPPED};
 use fragprobe_shared::model::Model;
-use fragprobe_shared::ring::{Ring, RingConfig};
+use fragprobe_shared::ring::{DrainEnd, Ring, RingConfig};
 
 const PID: u32 = 77;
 
@@ -23,10 +23,16 @@ fn event(kind: EventKind, addr: u64, size: u64) -> Record {
     }
 }
 
-/// What the probe does around a successful allocation.
-fn alloc(ring: &Ring, addr: u64, size: u64) {
+/// What the probe does around a successful allocation (odd threads record drops with the
+/// tail, even ones with SEQ_DROPPED: both must work).
+fn alloc(ring: &Ring, addr: u64, size: u64, drop_seq_is_tail: bool) {
     let claim = ring.claim();
-    let seq = claim.as_ref().map_or(SEQ_DROPPED, |c| c.seq());
+    let dropped = if drop_seq_is_tail {
+        ring.tail()
+    } else {
+        SEQ_DROPPED
+    };
+    let seq = claim.as_ref().map_or(dropped, |c| c.seq());
     ring.live()
         .insert(addr, LiveClass::Device, 0, size, 0, 0, seq);
     if let Some(c) = claim {
@@ -58,6 +64,7 @@ fn resyncs_after_losses_leave_the_model_exact() {
     let mut model = Model::new();
     let mut seen_lost = 0u64;
     let mut resyncs = 0;
+    let mut skip_below = 0u64;
     std::thread::scope(|s| {
         let producers: Vec<_> = (0..2u64)
             .map(|t| {
@@ -66,7 +73,7 @@ fn resyncs_after_losses_leave_the_model_exact() {
                     let mut live = std::collections::VecDeque::new();
                     for i in 0..20_000u64 {
                         let addr = 0x7000_0000_0000 + (t << 36) + i * 0x1000;
-                        alloc(ring, addr, 0x100 + (i % 15) * 0x100);
+                        alloc(ring, addr, 0x100 + (i % 15) * 0x100, t % 2 == 1);
                         live.push_back(addr);
                         if live.len() > 50 || (i % 7 == 0 && !live.is_empty()) {
                             free(ring, live.pop_front().unwrap());
@@ -75,13 +82,16 @@ fn resyncs_after_losses_leave_the_model_exact() {
                 })
             })
             .collect();
-        let mut consume = |model: &mut Model| {
+        // The consumer: deliver records, but account for drops (loss marker + resync) before
+        // any record that may depend on them; after a resync, skip records below its
+        // watermark (the snapshot holds them).
+        let mut consume = |model: &mut Model| loop {
             let mut batch = Vec::new();
-            ring.drain(usize::MAX, &mut |r| batch.push(*r));
-            for r in &batch {
+            let st = ring.drain_until_drop(usize::MAX, seen_lost, &mut |r| batch.push(*r));
+            for r in batch.iter().filter(|r| r.seq >= skip_below) {
                 model.apply(r);
             }
-            let lost = ring.dropped() + ring.skipped();
+            let lost = ring.dropped();
             if lost > seen_lost {
                 let head = ring.head();
                 model.apply(&Record {
@@ -95,10 +105,16 @@ fn resyncs_after_losses_leave_the_model_exact() {
                     ..Record::default()
                 });
                 seen_lost = lost;
-                for r in resync_records_at(&ring, 0) {
-                    model.apply(&r);
+                let recs = resync_records_at(&ring, 0);
+                skip_below = recs[0].aux;
+                for r in &recs {
+                    model.apply(r);
                 }
                 resyncs += 1;
+                continue;
+            }
+            if st.end != DrainEnd::Max {
+                return;
             }
         };
         while !done.load(Ordering::Relaxed) {
