@@ -62,6 +62,16 @@
 //! Check `kind` and the fields you rely on. Records of kind 0 are *void*: a claim dropped
 //! without commit (see [`Claim`]); they carry no event.
 //!
+//! # Consumer protocol
+//!
+//! One consumer per ring ([`Ring::acquire_consumer`], heartbeat while attached). Loop:
+//! [`Ring::drain_until_drop`] with the drop count already accounted for; when
+//! [`Ring::dropped`] grew, write a `Loss` record and a resync
+//! ([`resync_records`](crate::live::resync_records)), then skip records whose seq is below
+//! the resync's watermark (`ResyncBegin.aux`). On [`DrainEnd::Pending`] wait; give up with
+//! [`Ring::skip_pending`] only when the producer is dead or stuck for long (a loss too:
+//! write `Loss` and resync). A consumer that attaches late resyncs first, the same way.
+//!
 //! # Metadata
 //!
 //! [`Ring::write_meta`] appends an already-encoded entry (from [`MetaWriter`]) to the meta
