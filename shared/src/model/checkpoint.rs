@@ -216,6 +216,14 @@ impl Dec<'_> {
         }
         Err(CheckpointError::Corrupt("varint too long"))
     }
+    /// A counter: bounded far below `u64::MAX` so that counting on cannot overflow.
+    fn count(&mut self) -> R<u64> {
+        let v = self.u()?;
+        if v > 1 << 62 {
+            return Err(CheckpointError::Corrupt("counter out of range"));
+        }
+        Ok(v)
+    }
     fn u32(&mut self) -> R<u32> {
         u32::try_from(self.u()?).map_err(|_| CheckpointError::Corrupt("value exceeds u32"))
     }
@@ -591,24 +599,24 @@ impl Model {
             .min(1 << 30);
         let mut m = Model::with_config(ModelConfig { series_cap: cap });
         let mut c = Counts {
-            events: d.u()?,
-            unknown: d.u()?,
+            events: d.count()?,
+            unknown: d.count()?,
             ..Counts::default()
         };
         for v in c.by_kind.iter_mut() {
-            *v = d.u()?;
+            *v = d.count()?;
         }
-        c.ok_allocs = d.u()?;
-        c.failed_allocs = d.u()?;
-        c.failed_calls = d.u()?;
-        c.frees = d.u()?;
-        c.lost = d.u()?;
-        c.duplicates = d.u()?;
-        c.benign_frees = d.u()?;
-        c.anomalies = d.u()?;
+        c.ok_allocs = d.count()?;
+        c.failed_allocs = d.count()?;
+        c.failed_calls = d.count()?;
+        c.frees = d.count()?;
+        c.lost = d.count()?;
+        c.duplicates = d.count()?;
+        c.benign_frees = d.count()?;
+        c.anomalies = d.count()?;
         m.counts = c;
         for k in AnomalyKind::ALL {
-            let count = d.u()?;
+            let count = d.count()?;
             let n = d.len(4)?;
             let mut ex = Vec::with_capacity(n);
             for _ in 0..n {
@@ -649,12 +657,12 @@ impl Model {
                 verdict: verdict_of(d.u()?)?,
             });
         }
-        m.failed_dropped = d.u()?;
+        m.failed_dropped = d.count()?;
         let n = d.len(3)?;
         for _ in 0..n {
             let k = u8::try_from(d.u()?).map_err(|_| CheckpointError::Corrupt("leak kind"))?;
             let size = d.u()?;
-            m.exit_leaks.insert((k, size), d.u()?);
+            m.exit_leaks.insert((k, size), d.count()?);
         }
         let n = d.len(4)?;
         for i in 0..n {
@@ -708,7 +716,7 @@ impl Model {
             })?;
             p.incomplete = d.bool()?;
             p.lost_events = d.u()?;
-            p.resyncs = d.u()?;
+            p.resyncs = d.count()?;
             let nu = d.len(2)?;
             for _ in 0..nu {
                 p.dev_uuids.push((d.i16()?, d.str()?));
@@ -889,7 +897,7 @@ fn decode_vmm(d: &mut Dec<'_>) -> R<Vmm> {
             size: d.u()?,
             space: d.u32()?,
             released: d.bool()?,
-            maps: d.u()?,
+            maps: d.count()?,
             imported: d.bool()?,
             seq: d.u()?,
             ts_ns: d.u()?,
