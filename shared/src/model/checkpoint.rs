@@ -610,7 +610,7 @@ impl Model {
         c.failed_allocs = d.count()?;
         c.failed_calls = d.count()?;
         c.frees = d.count()?;
-        c.lost = d.count()?;
+        c.lost = d.u()?;
         c.duplicates = d.count()?;
         c.benign_frees = d.count()?;
         c.anomalies = d.count()?;
