@@ -8,12 +8,13 @@
 use crate::arena::Arena;
 use crate::codes::{CuError, CuResult};
 use crate::config::Config;
+use crate::handles::HandleMap;
 use crate::layout::*;
 use crate::pool::Pool;
 use crate::spec::DeviceSpec;
 use crate::state::SharedState;
 use crate::vmm::{Mapping, Phys, Reservation};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD`.
@@ -80,13 +81,13 @@ pub struct Gpu {
     pub(crate) slot: usize,
     spec: DeviceSpec,
     pub(crate) devices: Vec<Device>,
-    contexts: HashMap<u64, Context>,
-    streams: HashMap<u64, Stream>,
-    events: HashMap<u64, Event>,
-    pub(crate) pools: HashMap<u64, Pool>,
+    contexts: HandleMap<Context>,
+    streams: HandleMap<Stream>,
+    events: HandleMap<Event>,
+    pub(crate) pools: HandleMap<Pool>,
     pub(crate) allocs: BTreeMap<u64, Alloc>,
     pub(crate) reservations: BTreeMap<u64, Reservation>,
-    pub(crate) phys: HashMap<u64, Phys>,
+    pub(crate) phys: HandleMap<Phys>,
     pub(crate) mappings: BTreeMap<u64, Mapping>,
     pub(crate) managed: Arena,
     pub(crate) legacy: Arena,
@@ -125,7 +126,7 @@ impl Gpu {
                 return Err(e.to_string());
             }
         };
-        let mut pools = HashMap::new();
+        let mut pools = HandleMap::default();
         let devices = spec
             .sizes()
             .iter()
@@ -150,13 +151,13 @@ impl Gpu {
             slot,
             spec,
             devices,
-            contexts: HashMap::new(),
-            streams: HashMap::new(),
-            events: HashMap::new(),
+            contexts: HandleMap::default(),
+            streams: HandleMap::default(),
+            events: HandleMap::default(),
             pools,
             allocs: BTreeMap::new(),
             reservations: BTreeMap::new(),
-            phys: HashMap::new(),
+            phys: HandleMap::default(),
             mappings: BTreeMap::new(),
             managed: Arena::new(MANAGED_BASE, MANAGED_SIZE),
             legacy: Arena::new(LEGACY_BASE, LEGACY_SIZE),

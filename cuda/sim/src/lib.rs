@@ -51,6 +51,7 @@ pub mod codes;
 pub mod config;
 pub mod current;
 pub mod gpu;
+pub mod handles;
 pub mod holes;
 pub mod ident;
 pub mod layout;

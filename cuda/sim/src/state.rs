@@ -7,7 +7,7 @@
 //! ```text
 //! Header   magic u64 "FPSIMGPU" | version u32 | init u32 (0 empty, 1 busy, 2 ready)
 //!          ndev u32 | pad u32 | generation u64
-//!          dev_size[16] u64 | dev_used[16] u64 | dev_ops[16] u64
+//!          dev_size[16] u64 | dev_used[16] u64
 //! Slot x256  pid u32 (0 free) | pad u32 | start_time u64 (clock ticks since boot)
 //!            used[16] u64 | contexts[16] u32
 //! ```
@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"FPSIMGPU");
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 /// Most processes that can use the simulation at once.
 pub const MAX_PROCESSES: usize = 256;
 
@@ -50,7 +50,6 @@ struct Header {
     generation: AtomicU64,
     dev_size: [AtomicU64; MAX_DEVICES],
     dev_used: [AtomicU64; MAX_DEVICES],
-    dev_ops: [AtomicU64; MAX_DEVICES],
 }
 
 #[repr(C)]
@@ -280,7 +279,6 @@ impl SharedState {
         for d in 0..MAX_DEVICES {
             h.dev_size[d].store(spec.size(d).unwrap_or(0), Ordering::Release);
             h.dev_used[d].store(0, Ordering::Release);
-            h.dev_ops[d].store(0, Ordering::Release);
         }
         h.ndev.store(spec.count() as u32, Ordering::Release);
         h.version.store(VERSION, Ordering::Release);
@@ -482,7 +480,6 @@ impl SharedState {
                     .is_ok());
         if ok {
             self.slot(i).used[dev].fetch_add(bytes, Ordering::AcqRel);
-            h.dev_ops[dev].fetch_add(1, Ordering::Relaxed);
         }
         ok
     }
@@ -492,7 +489,6 @@ impl SharedState {
         let h = self.header();
         self.slot(i).used[dev].fetch_sub(bytes, Ordering::AcqRel);
         h.dev_used[dev].fetch_sub(bytes, Ordering::AcqRel);
-        h.dev_ops[dev].fetch_add(1, Ordering::Relaxed);
     }
 
     pub fn context_added(&self, i: usize, dev: usize) {
@@ -510,11 +506,6 @@ impl SharedState {
     /// Physical memory in use on `dev` by all processes.
     pub fn device_used(&self, dev: usize) -> u64 {
         self.header().dev_used[dev].load(Ordering::Acquire)
-    }
-
-    /// Allocation and free operations on `dev` since the file was initialised.
-    pub fn device_ops(&self, dev: usize) -> u64 {
-        self.header().dev_ops[dev].load(Ordering::Relaxed)
     }
 
     /// Live processes with memory or a context on `dev`, in slot order.
