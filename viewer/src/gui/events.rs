@@ -272,11 +272,11 @@ impl State {
     }
 }
 
-/// Draws the list; returns the time (ns) of a row the user selected.
-pub fn ui(ui: &mut Ui, state: &mut State, log: &dyn EventLog, t0: u64) -> Option<u64> {
+/// Draws the list; returns the index of the record the user selected.
+pub fn ui(ui: &mut Ui, state: &mut State, log: &dyn EventLog, t0: u64) -> Option<usize> {
     let mut picked = None;
     ui.horizontal_wrapped(|ui| {
-        egui::ComboBox::from_id_salt("events-kind")
+        egui::ComboBox::new("events-kind", "kind")
             .selected_text(state.filter.kind.name())
             .show_ui(ui, |ui| {
                 for k in KindFilter::ALL {
@@ -284,11 +284,12 @@ pub fn ui(ui: &mut Ui, state: &mut State, log: &dyn EventLog, t0: u64) -> Option
                 }
             });
         let field = |ui: &mut Ui, label: &str, s: &mut String, w: f32| {
-            ui.label(label);
-            ui.add(egui::TextEdit::singleline(s).desired_width(w));
+            let l = ui.label(label);
+            ui.add(egui::TextEdit::singleline(s).desired_width(w))
+                .labelled_by(l.id);
         };
-        field(ui, "size ≥", &mut state.filter.min_size, 60.0);
-        field(ui, "≤", &mut state.filter.max_size, 60.0);
+        field(ui, "size >=", &mut state.filter.min_size, 60.0);
+        field(ui, "<=", &mut state.filter.max_size, 60.0);
         field(ui, "address", &mut state.filter.addr, 120.0);
         field(ui, "thread", &mut state.filter.tid, 60.0);
         field(ui, "from s", &mut state.filter.from_s, 50.0);
@@ -307,7 +308,7 @@ pub fn ui(ui: &mut Ui, state: &mut State, log: &dyn EventLog, t0: u64) -> Option
         ui.horizontal(|ui| {
             ui.spinner();
             ui.label(format!(
-                "filtering… {} of {} events, {} match",
+                "filtering... {} of {} events, {} match",
                 state.scanned, len, rows
             ));
         });
@@ -338,7 +339,7 @@ pub fn ui(ui: &mut Ui, state: &mut State, log: &dyn EventLog, t0: u64) -> Option
                             .clicked()
                         {
                             state.selected = Some(i);
-                            picked = Some(r.ts_ns);
+                            picked = Some(i);
                         }
                         ui.label(kind);
                         ui.label(r.api().map(|a| a.name()).unwrap_or("?"));

@@ -63,7 +63,7 @@ pub fn ui(ui: &mut Ui, f: &Figures) {
                 ui,
                 "fragmentation ratio",
                 ratio,
-                "1 − largest free block / total free".into(),
+                "1 - largest free block / total free".into(),
             );
             let (v, h) = f
                 .largest_free
@@ -101,7 +101,7 @@ pub fn ui(ui: &mut Ui, f: &Figures) {
                 ui,
                 "anomalies",
                 f.anomalies.to_string(),
-                "double frees, frees of unknown addresses…".into(),
+                "double frees, frees of unknown addresses...".into(),
             );
             row(ui, "events", f.events.to_string(), String::new());
         });

@@ -143,8 +143,8 @@ pub fn current_space<'a>(state: &State, spaces: &'a [SpaceInfo]) -> Option<&'a S
         .or(spaces.first())
 }
 
-/// Draws the map.
-pub fn ui(ui: &mut Ui, opts: &mut Options, state: &mut State, input: &Input<'_>) {
+/// Draws the map in about `height` points (the band's rows shrink or grow to fit).
+pub fn ui(ui: &mut Ui, opts: &mut Options, state: &mut State, input: &Input<'_>, height: f32) {
     let spaces = input.source.spaces();
     let Some(space) = current_space(state, &spaces).cloned() else {
         ui.label("No address space yet: no allocation has been recorded.");
@@ -157,10 +157,12 @@ pub fn ui(ui: &mut Ui, opts: &mut Options, state: &mut State, input: &Input<'_>)
     };
     let seg_range = (seg.lo, seg.hi.max(seg.lo + 1));
     let rows = opts.rows.clamp(1, 256) as usize;
-    let row_h = opts.row_height.clamp(2.0, 64.0);
+    let band = (height - 70.0).max(rows as f32 * 2.0);
+    let row_h = (band / rows as f32).clamp(2.0, opts.row_height.clamp(2.0, 64.0));
     let width = ui.available_width().max(16.0);
     let (rect, response) =
         ui.allocate_exact_size(vec2(width, rows as f32 * row_h), Sense::click_and_drag());
+    response.widget_info(|| egui::WidgetInfo::labeled(egui::Role::Canvas, true, "address map"));
     let cols = (rect.width().floor() as usize).max(1);
     let n = cols * rows;
     let (lo, hi) = state.window(seg_range);
@@ -299,7 +301,7 @@ fn controls(
             space.key,
             state.segment.min(space.segments.len().saturating_sub(1)),
         );
-        egui::ComboBox::from_id_salt("map-space")
+        egui::ComboBox::new("map-space", "space")
             .selected_text(space.key.to_string())
             .show_ui(ui, |ui| {
                 for s in spaces {
@@ -312,7 +314,7 @@ fn controls(
                 .get(sel.1)
                 .map(|s| s.name.as_str())
                 .unwrap_or("");
-            egui::ComboBox::from_id_salt("map-segment")
+            egui::ComboBox::new("map-segment", "range")
                 .selected_text(name)
                 .show_ui(ui, |ui| {
                     for (i, s) in space.segments.iter().enumerate() {
@@ -325,8 +327,9 @@ fn controls(
         for c in ColourBy::ALL {
             ui.selectable_value(&mut opts.colour, c, c.name());
         }
-        ui.label("rows");
-        ui.add(egui::DragValue::new(&mut opts.rows).range(1..=256));
+        let l = ui.label("rows");
+        ui.add(egui::DragValue::new(&mut opts.rows).range(1..=256))
+            .labelled_by(l.id);
         if state.view.is_some() && ui.button("reset zoom").clicked() {
             state.reset();
         }
@@ -409,9 +412,9 @@ fn legend(ui: &mut Ui, by: ColourBy, bytes_per_cell: f64, (lo, hi): (u64, u64), 
                 }
             }
             ColourBy::SizeClass => {
-                swatch(ui, ramp(0.0), "≤ 512 B");
+                swatch(ui, ramp(0.0), "<= 512 B");
                 swatch(ui, ramp(0.5), "~ 64 MiB");
-                swatch(ui, ramp(1.0), "≥ 64 GiB");
+                swatch(ui, ramp(1.0), ">= 64 GiB");
             }
             ColourBy::Age => {
                 swatch(ui, ramp(0.0), "oldest");
@@ -425,7 +428,7 @@ fn legend(ui: &mut Ui, by: ColourBy, bytes_per_cell: f64, (lo, hi): (u64, u64), 
         ui.label("largest free block");
     });
     ui.label(format!(
-        "{:#x} – {:#x} · one cell = {} · {} regions drawn",
+        "{:#x} - {:#x} · one cell = {} · {} regions drawn",
         lo,
         hi,
         human_bytes(bytes_per_cell.round() as u64),

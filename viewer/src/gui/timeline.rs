@@ -55,7 +55,7 @@ pub struct Input {
 pub struct Options {
     /// Threshold line as a fraction of the device total.
     pub threshold: f64,
-    /// Height of the bytes plot.
+    /// Smallest height of the bytes plot (it grows with the window).
     pub height: f32,
     /// Show the fragmentation plot.
     pub show_ratio: bool,
@@ -78,9 +78,16 @@ pub fn ui(ui: &mut Ui, opts: &Options, input: &Input, cursor: Option<f64>) -> Op
     let bytes_fmt = |mark: egui_plot::GridMark, _r: &std::ops::RangeInclusive<f64>| {
         human_bytes(mark.value.max(0.0) as u64)
     };
+    let avail = ui.available_height() - 8.0;
+    let (bytes_h, ratio_h) = if opts.show_ratio {
+        let b = (avail * 0.62).max(opts.height.min(avail).max(80.0));
+        (b, (avail - b - 8.0).max(50.0))
+    } else {
+        (avail.max(80.0), 0.0)
+    };
     let resp = Plot::new("timeline-bytes")
-        .height(opts.height)
-        .legend(Legend::default())
+        .height(bytes_h)
+        .legend(legend())
         .link_axis(link, [true, false])
         .link_cursor(link, [true, false])
         .allow_drag(false)
@@ -129,8 +136,8 @@ pub fn ui(ui: &mut Ui, opts: &Options, input: &Input, cursor: Option<f64>) -> Op
     moved = moved.or(cursor_from(&resp));
     if opts.show_ratio {
         let resp = Plot::new("timeline-ratio")
-            .height((opts.height * 0.55).max(60.0))
-            .legend(Legend::default())
+            .height(ratio_h)
+            .legend(legend())
             .link_axis(link, [true, false])
             .link_cursor(link, [true, false])
             .allow_drag(false)
@@ -148,6 +155,12 @@ pub fn ui(ui: &mut Ui, opts: &Options, input: &Input, cursor: Option<f64>) -> Op
         moved = moved.or(cursor_from(&resp));
     }
     moved
+}
+
+fn legend() -> Legend {
+    Legend::default()
+        .position(egui_plot::Corner::LeftTop)
+        .background_alpha(0.6)
 }
 
 fn curve_line(c: &Curve) -> Line<'_> {

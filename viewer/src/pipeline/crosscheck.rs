@@ -106,7 +106,7 @@ impl CrossCheck {
             ),
             Verdict::UntrackedAllocations => format!(
                 "Untracked allocations: the process holds {} more than the probe saw plus \
-                 its context — a library calling the driver directly, or memory allocated \
+                 its context: a library calling the driver directly, or memory allocated \
                  before the probe attached.",
                 human_bytes_signed(self.unexplained().unwrap_or(0))
             ),

@@ -1,0 +1,610 @@
+//! One run: a source's records ingested on a named thread ("fragprobe-ingest") into the
+//! head model, and a rewound copy of the model at the time cursor (see [`super::rewind`]).
+//!
+//! Locking: the head and the cursor model are behind `RwLock`s. The ingest thread takes
+//! the head's write lock for one small batch at a time ([`BATCH`] records, a few
+//! milliseconds), so the UI thread, which only reads, never waits long.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
+use std::time::{Duration, Instant};
+
+use fragprobe_shared::format::{EventKind, MetaEntry, Record};
+use fragprobe_shared::model::Model;
+use fragprobe_shared::trace::{Trace, TraceTail};
+
+use super::log::{EventLog, MemLog};
+use super::progress::Progress;
+use super::source::{LiveTarget, Source};
+
+/// Records applied per write-lock of the head.
+pub const BATCH: usize = 8192;
+/// Records between the checkpoints the ingest takes itself (grows when they are costly).
+pub const CHECKPOINT_EVERY: usize = 1 << 20;
+
+/// The records of a run: a mapped trace file, then what arrived later, in memory.
+#[derive(Default)]
+pub struct Log {
+    trace: Option<Arc<Trace>>,
+    base: usize,
+    mem: MemLog,
+    metas: HashMap<(u32, u64), Arc<[u8]>>,
+}
+
+impl Log {
+    fn get(&self, i: usize) -> Option<Record> {
+        if i < self.base {
+            self.trace.as_ref()?.record(i as u64)
+        } else {
+            self.mem.get(i - self.base)
+        }
+    }
+
+    fn meta_bytes(&self, r: &Record) -> Option<Arc<[u8]>> {
+        if r.meta == 0 {
+            return None;
+        }
+        if let Some(m) = self.metas.get(&(r.pid, r.meta)) {
+            return Some(m.clone());
+        }
+        trace_meta(self.trace.as_ref()?, r)
+    }
+}
+
+/// A process's NVML figure taken when the probe tracked nothing for it: the context.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Baseline {
+    /// When (trace clock).
+    pub ts_ns: u64,
+    /// NVML's used bytes for the process then.
+    pub bytes: u64,
+}
+
+/// The head of a run: the model after every record ingested so far.
+pub struct Head {
+    /// The model.
+    pub model: Model,
+    log: Log,
+    applied: usize,
+    checkpoints: Vec<(usize, Arc<[u8]>)>,
+    /// Timestamp of the first record with a non-zero time.
+    pub t_first: u64,
+    /// Timestamp of the last record.
+    pub t_last: u64,
+    /// Context baselines per (pid, device ordinal).
+    pub baselines: HashMap<(u32, i16), Baseline>,
+    /// Events the live source reported lost (ring full).
+    pub ring_dropped: u64,
+    /// Index of the first `ProcessExit` record (the state just before it is the run's
+    /// final picture: a process's regions are cleared when it exits).
+    pub first_exit: Option<usize>,
+    /// Problems with the input, one line each.
+    pub warnings: Vec<String>,
+}
+
+impl Head {
+    fn new() -> Head {
+        Head {
+            model: Model::new(),
+            log: Log::default(),
+            applied: 0,
+            checkpoints: Vec::new(),
+            t_first: 0,
+            t_last: 0,
+            baselines: HashMap::new(),
+            ring_dropped: 0,
+            first_exit: None,
+            warnings: Vec::new(),
+        }
+    }
+
+    /// Records applied.
+    pub fn applied(&self) -> usize {
+        self.applied
+    }
+
+    /// The time span `(first, last)` of the records so far.
+    pub fn span(&self) -> (u64, u64) {
+        (self.t_first, self.t_last.max(self.t_first))
+    }
+
+    /// The records applied so far, for the events list.
+    pub fn log(&self) -> HeadLog<'_> {
+        HeadLog { head: self }
+    }
+
+    /// Checkpoints `(records before it, bytes)`, in order.
+    pub fn checkpoints(&self) -> &[(usize, Arc<[u8]>)] {
+        &self.checkpoints
+    }
+
+    /// Copies records `[from, to)` with the metadata they point at (for the rewinder).
+    pub fn copy(&self, from: usize, to: usize, out: &mut Vec<(Record, Option<Arc<[u8]>>)>) {
+        for i in from..to.min(self.applied) {
+            if let Some(r) = self.log.get(i) {
+                out.push((r, self.log.meta_bytes(&r)));
+            }
+        }
+    }
+
+    /// The index of the first record after time `t_ns` (records before it are the state
+    /// at `t_ns`).
+    pub fn index_at(&self, t_ns: u64) -> usize {
+        self.log().partition_by_time(t_ns)
+    }
+
+    /// The `PYTORCH_CUDA_ALLOC_CONF` (or `FRAGPROBE_LABEL`) of the run's processes, if any.
+    pub fn alloc_conf(&self) -> Option<String> {
+        let ps = self.model.processes();
+        ps.iter()
+            .find_map(|p| p.info().label.clone())
+            .or_else(|| ps.iter().find_map(|p| p.info().alloc_conf.clone()))
+    }
+
+    fn apply(&mut self, r: &Record, meta: Option<&[u8]>) {
+        match meta.and_then(MetaEntry::parse) {
+            Some(e) => self.model.apply_with_meta(r, Some(&e)),
+            None => self.model.apply(r),
+        }
+        if r.ts_ns != 0 {
+            if self.t_first == 0 || r.ts_ns < self.t_first {
+                self.t_first = r.ts_ns;
+            }
+            self.t_last = self.t_last.max(r.ts_ns);
+        }
+        match r.kind() {
+            Some(EventKind::ProcessExit) if self.first_exit.is_none() => {
+                self.first_exit = Some(self.applied);
+            }
+            Some(EventKind::NvmlSample) if r.aux2 != u64::MAX => {
+                let tracked = self
+                    .model
+                    .space_id(r.pid, r.device)
+                    .and_then(|s| self.model.space(s))
+                    .map_or(0, |s| s.totals().live_bytes);
+                if tracked == 0 {
+                    self.baselines.entry((r.pid, r.device)).or_insert(Baseline {
+                        ts_ns: r.ts_ns,
+                        bytes: r.aux2,
+                    });
+                }
+            }
+            _ => {}
+        }
+        self.applied += 1;
+    }
+}
+
+/// The head's records as an [`EventLog`].
+pub struct HeadLog<'a> {
+    head: &'a Head,
+}
+
+impl EventLog for HeadLog<'_> {
+    fn len(&self) -> usize {
+        self.head.applied
+    }
+    fn get(&self, i: usize) -> Option<Record> {
+        if i < self.head.applied {
+            self.head.log.get(i)
+        } else {
+            None
+        }
+    }
+}
+
+/// The model rewound to the time cursor.
+pub struct Cursor {
+    /// The model after the first `index` records.
+    pub model: Model,
+    /// Records applied.
+    pub index: usize,
+}
+
+#[derive(Default)]
+pub(crate) struct Target {
+    pub want: Option<usize>,
+    pub serial: u64,
+}
+
+/// One run.
+pub struct Run {
+    /// Position in the viewer's list.
+    pub id: usize,
+    /// File name or "live".
+    pub name: String,
+    /// Whether the records come from running processes (rings, a feed).
+    pub live: bool,
+    /// Ingest progress.
+    pub progress: Progress,
+    head: RwLock<Head>,
+    pub(crate) cursor: RwLock<Option<Cursor>>,
+    pub(crate) target: Mutex<Target>,
+    pub(crate) target_cv: Condvar,
+    pub(crate) rewinding: AtomicBool,
+    head_gen: AtomicU64,
+    pub(crate) cursor_gen: AtomicU64,
+    pub(crate) stop: AtomicBool,
+}
+
+impl Run {
+    /// Starts ingesting `source` (thread "fragprobe-ingest") and the rewinder
+    /// ("fragprobe-rewind"). Errors only when a thread cannot be spawned; input errors
+    /// are reported through [`Progress::error`].
+    pub fn start(id: usize, source: Source) -> std::io::Result<Arc<Run>> {
+        let run = Arc::new(Run {
+            id,
+            name: source.name(),
+            live: matches!(source, Source::Live(_) | Source::Feed(_)),
+            progress: Progress::default(),
+            head: RwLock::new(Head::new()),
+            cursor: RwLock::new(None),
+            target: Mutex::new(Target::default()),
+            target_cv: Condvar::new(),
+            rewinding: AtomicBool::new(false),
+            head_gen: AtomicU64::new(0),
+            cursor_gen: AtomicU64::new(0),
+            stop: AtomicBool::new(false),
+        });
+        let r = run.clone();
+        std::thread::Builder::new()
+            .name("fragprobe-ingest".into())
+            .spawn(move || {
+                if let Err(e) = ingest(&r, source) {
+                    r.progress.fail(e);
+                }
+                r.progress.finish();
+                r.head_gen.fetch_add(1, Ordering::Release);
+            })?;
+        let r = run.clone();
+        std::thread::Builder::new()
+            .name("fragprobe-rewind".into())
+            .spawn(move || super::rewind::rewinder(&r))?;
+        Ok(run)
+    }
+
+    /// The head (read lock; hold it briefly).
+    pub fn head(&self) -> RwLockReadGuard<'_, Head> {
+        self.head.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The model at the cursor, if a cursor is set and the rewinder has produced it.
+    pub fn cursor(&self) -> RwLockReadGuard<'_, Option<Cursor>> {
+        self.cursor.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Changes whenever the head changed.
+    pub fn head_generation(&self) -> u64 {
+        self.head_gen.load(Ordering::Acquire)
+    }
+
+    /// Changes whenever the cursor model changed.
+    pub fn cursor_generation(&self) -> u64 {
+        self.cursor_gen.load(Ordering::Acquire)
+    }
+
+    /// Asks for the model after the first `index` records (`None`: follow the head).
+    pub fn seek(&self, index: Option<usize>) {
+        if let Ok(mut t) = self.target.lock() {
+            if t.want != index {
+                t.want = index;
+                t.serial += 1;
+                self.target_cv.notify_all();
+            }
+        }
+    }
+
+    /// The index asked for last.
+    pub fn wanted(&self) -> Option<usize> {
+        self.target.lock().ok().and_then(|t| t.want)
+    }
+
+    /// Whether the rewinder is still working towards the wanted index.
+    pub fn rewinding(&self) -> bool {
+        let Some(want) = self.wanted() else {
+            return false;
+        };
+        let want = want.min(self.head().applied);
+        self.rewinding.load(Ordering::Acquire)
+            || self.cursor().as_ref().map(|c| c.index) != Some(want)
+    }
+
+    /// Stops the threads (they exit at their next batch).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        if let Ok(_t) = self.target.lock() {
+            self.target_cv.notify_all();
+        }
+    }
+
+    /// Waits until the source is exhausted (or failed). Returns false on timeout.
+    pub fn wait_loaded(&self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        while !self.progress.finished() {
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
+    }
+
+    /// Waits until the cursor model is at the wanted index. Returns false on timeout.
+    pub fn wait_cursor(&self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        while self.rewinding() {
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
+    }
+
+    fn write_batch(&self, batch: &[(Record, Option<Arc<[u8]>>)], ck: &mut Checkpointing) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut h = self.head.write().unwrap_or_else(|p| p.into_inner());
+        for (r, m) in batch {
+            h.apply(r, m.as_deref());
+        }
+        let applied = h.applied;
+        drop(h);
+        self.progress.set_done(applied as u64);
+        self.head_gen.fetch_add(1, Ordering::Release);
+        ck.maybe(self, applied);
+    }
+
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+}
+
+/// The ingest's own checkpoints, for sources without enough of them.
+struct Checkpointing {
+    every: usize,
+    last: usize,
+    apply_time: Instant,
+}
+
+impl Checkpointing {
+    fn new() -> Checkpointing {
+        Checkpointing {
+            every: CHECKPOINT_EVERY,
+            last: 0,
+            apply_time: Instant::now(),
+        }
+    }
+
+    fn maybe(&mut self, run: &Run, applied: usize) {
+        if applied < self.last + self.every {
+            return;
+        }
+        let h = run.head();
+        if h.checkpoints
+            .last()
+            .is_some_and(|(i, _)| *i + self.every > applied)
+        {
+            self.last = h.checkpoints.last().map_or(0, |c| c.0);
+            return;
+        }
+        let t = Instant::now();
+        let bytes: Arc<[u8]> = Arc::from(h.model.checkpoint());
+        let at = h.applied;
+        drop(h);
+        let cost = t.elapsed();
+        let spent = self.apply_time.elapsed();
+        // Keep checkpoints under ~10 % of the ingest time.
+        if cost * 10 > spent {
+            self.every = self.every.saturating_mul(2);
+        }
+        let mut h = run.head.write().unwrap_or_else(|p| p.into_inner());
+        h.checkpoints.push((at, bytes));
+        drop(h);
+        self.last = at;
+        self.apply_time = Instant::now();
+    }
+}
+
+fn ingest(run: &Run, source: Source) -> Result<(), String> {
+    match source {
+        Source::Trace(path) => ingest_trace(run, &path),
+        Source::Snapshot(path) => ingest_snapshot(run, &path),
+        Source::Live(target) => ingest_live(run, &target),
+        Source::Feed(rx) => ingest_feed(run, rx),
+    }
+}
+
+fn ingest_trace(run: &Run, path: &Path) -> Result<(), String> {
+    let trace = Arc::new(Trace::open(path).map_err(|e| e.to_string())?);
+    let growing = !trace.complete() && trace.corrupt_at().is_none() && recently_modified(path);
+    run.progress.set_total(trace.len());
+    {
+        let mut h = run.head.write().unwrap_or_else(|p| p.into_inner());
+        h.warnings = trace.warnings().to_vec();
+        h.log.trace = Some(trace.clone());
+        h.log.base = trace.len() as usize;
+        for (i, (at, _)) in trace.checkpoints().iter().enumerate() {
+            h.checkpoints
+                .push((*at as usize, Arc::from(trace.checkpoint_bytes(i))));
+        }
+    }
+    let mut ck = Checkpointing::new();
+    let mut batch = Vec::with_capacity(BATCH);
+    for chunk in trace.record_chunks() {
+        for r in chunk {
+            batch.push((*r, trace_meta(&trace, r)));
+            if batch.len() == BATCH {
+                run.write_batch(&batch, &mut ck);
+                batch.clear();
+                if run.stopped() {
+                    return Ok(());
+                }
+            }
+        }
+    }
+    run.write_batch(&batch, &mut ck);
+    if growing {
+        // Caught up with what is on disk: the window shows it; keep following.
+        run.progress.finish();
+        follow(run, path, trace.len(), &mut ck)?;
+    }
+    Ok(())
+}
+
+/// Whether a trace without an end marker is probably still being written (touched in the
+/// last 10 seconds) rather than cut short by a crash.
+fn recently_modified(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age < Duration::from_secs(10))
+}
+
+fn trace_meta(trace: &Trace, r: &Record) -> Option<Arc<[u8]>> {
+    if r.meta == 0 {
+        return None;
+    }
+    let m = trace
+        .metas()
+        .iter()
+        .find(|m| m.pid == r.pid && m.meta_ref == r.meta)?;
+    Some(Arc::from(trace.bytes(m.bytes.clone())))
+}
+
+/// Follows a trace that has no end marker yet (still being recorded), from record `skip`.
+fn follow(run: &Run, path: &Path, skip: u64, ck: &mut Checkpointing) -> Result<(), String> {
+    let mut tail = TraceTail::open(path).map_err(|e| e.to_string())?;
+    let mut seen = 0u64;
+    while !run.stopped() && !tail.ended() {
+        let recs = tail.poll().map_err(|e| e.to_string())?;
+        if recs.is_empty() {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        let mut batch = Vec::with_capacity(recs.len());
+        for r in recs {
+            seen += 1;
+            if seen <= skip {
+                continue;
+            }
+            let bytes = if r.meta != 0 {
+                tail.meta(r.pid, r.meta).map(|e| Arc::from(entry_bytes(&e)))
+            } else {
+                None
+            };
+            batch.push((r, bytes));
+        }
+        ingest_records(run, batch, ck);
+        run.progress.set_total(run.head().applied as u64);
+    }
+    Ok(())
+}
+
+/// Re-encodes a parsed metadata entry (the tail hands out parsed entries only).
+fn entry_bytes(e: &MetaEntry<'_>) -> Vec<u8> {
+    let mut buf = vec![0u8; e.padded_len.max(64) + 64];
+    let kind = e
+        .kind
+        .unwrap_or(fragprobe_shared::format::MetaKind::RunInfo);
+    let mut w = fragprobe_shared::format::MetaWriter::new(&mut buf, kind);
+    for (k, v) in e.fields.clone() {
+        w.field(k, v);
+    }
+    let (len, _) = w.finish();
+    buf.truncate(len);
+    buf
+}
+
+fn ingest_records(run: &Run, recs: Vec<(Record, Option<Arc<[u8]>>)>, ck: &mut Checkpointing) {
+    {
+        let mut h = run.head.write().unwrap_or_else(|p| p.into_inner());
+        for (r, m) in &recs {
+            if let Some(m) = m {
+                h.log.metas.insert((r.pid, r.meta), m.clone());
+            }
+            h.log.mem.push(*r);
+        }
+    }
+    for part in recs.chunks(BATCH) {
+        if run.stopped() {
+            return;
+        }
+        run.write_batch(part, ck);
+    }
+}
+
+fn ingest_snapshot(run: &Run, path: &Path) -> Result<(), String> {
+    let recs = super::snapshot::records(path)?;
+    run.progress.set_total(recs.len() as u64);
+    let mut ck = Checkpointing::new();
+    ingest_records(run, recs, &mut ck);
+    Ok(())
+}
+
+fn ingest_feed(run: &Run, rx: super::feed::FeedReceiver) -> Result<(), String> {
+    let mut ck = Checkpointing::new();
+    while !run.stopped() {
+        let t = rx.take();
+        let metas: HashMap<(u32, u64), Arc<[u8]>> =
+            t.metas.into_iter().map(|(p, m, b)| ((p, m), b)).collect();
+        let recs: Vec<_> = t
+            .records
+            .into_iter()
+            .map(|r| {
+                let m = metas.get(&(r.pid, r.meta)).cloned();
+                (r, m)
+            })
+            .collect();
+        let empty = recs.is_empty();
+        ingest_records(run, recs, &mut ck);
+        run.head
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .ring_dropped = t.dropped;
+        if t.closed {
+            return Ok(());
+        }
+        if empty {
+            std::thread::sleep(Duration::from_millis(15));
+        }
+    }
+    Ok(())
+}
+
+fn ingest_live(run: &Run, target: &LiveTarget) -> Result<(), String> {
+    use crate::record::{Recorder, RecorderOptions};
+    let opts = RecorderOptions {
+        only_pid: target.pid,
+        remove_finished: false,
+        attach_late: true,
+    };
+    let mut rec = Recorder::new(&target.dir, None, opts);
+    let mut ck = Checkpointing::new();
+    while !run.stopped() {
+        let mut got: Vec<(Record, Option<Arc<[u8]>>)> = Vec::new();
+        let mut sink = |r: &Record, recorder: &Recorder| {
+            let m = if r.meta != 0 {
+                recorder.meta_of(r).map(Arc::from)
+            } else {
+                None
+            };
+            got.push((*r, m));
+        };
+        rec.poll(&mut sink).map_err(|e| format!("live: {e:#}"))?;
+        let empty = got.is_empty();
+        ingest_records(run, got, &mut ck);
+        run.head
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .ring_dropped = rec.lost();
+        if empty {
+            std::thread::sleep(Duration::from_millis(15));
+        }
+    }
+    Ok(())
+}

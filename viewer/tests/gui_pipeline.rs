@@ -1,0 +1,156 @@
+//! The viewer's pipeline: every source ingests into the same model as a plain replay, and
+//! the rewound cursor model equals a fresh replay up to the cursor.
+
+mod gui_support;
+
+use std::time::Duration;
+
+use fragprobe_shared::model::Model;
+use fragprobe_shared::trace::TraceWriter;
+use fragprobe_viewer::pipeline::{feed, Run, Source};
+use gui_support::*;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// The figures that must agree: totals, arena, counts.
+fn fingerprint(m: &Model, pid: u32) -> String {
+    let sp = m.space_id(pid, 0).and_then(|s| m.space(s));
+    let (t, a) = sp.map(|s| (*s.totals(), s.arena())).unwrap_or_default();
+    format!(
+        "{t:?} {a:?} events={} failed={} anomalies={}",
+        m.counts().events,
+        m.counts().failed_allocs,
+        m.counts().anomalies
+    )
+}
+
+#[test]
+fn trace_ingest_equals_a_plain_replay() {
+    let dir = temp_dir("ingest");
+    let s = fragmented(4242, Some("expandable_segments:False"));
+    let run = loaded_run(&s, &dir, "a.fpt", 0);
+    let h = run.head();
+    assert_eq!(h.applied(), s.records.len());
+    assert_eq!(
+        fingerprint(&h.model, 4242),
+        fingerprint(&s.model_after(s.records.len()), 4242)
+    );
+    assert_eq!(h.first_exit, Some(s.exit_index()));
+    assert_eq!(h.alloc_conf().as_deref(), Some("expandable_segments:False"));
+    let b = h
+        .baselines
+        .get(&(4242, 0))
+        .expect("baseline from the first NVML sample");
+    assert_eq!(b.bytes, 300 * MIB);
+    assert_eq!(h.span().0, s.records[0].ts_ns);
+    run.stop();
+}
+
+#[test]
+fn rewinding_back_and_forth_matches_replays() {
+    let dir = temp_dir("rewind");
+    let s = fragmented(7, None);
+    let run = loaded_run(&s, &dir, "r.fpt", 0);
+    // Forward, back, forward again, and the start: each equals a fresh replay.
+    for idx in [40, 90, 10, 70, 0, s.exit_index(), 2] {
+        run.seek(Some(idx));
+        assert!(run.wait_cursor(WAIT), "cursor reaches {idx}");
+        let c = run.cursor();
+        let c = c.as_ref().expect("cursor model");
+        assert_eq!(c.index, idx);
+        assert_eq!(
+            fingerprint(&c.model, 7),
+            fingerprint(&s.model_after(idx), 7),
+            "at {idx}"
+        );
+    }
+    // A target replaced before the rewinder got there: the last one wins.
+    run.seek(Some(5));
+    run.seek(Some(120));
+    run.seek(Some(33));
+    assert!(run.wait_cursor(WAIT));
+    assert_eq!(run.cursor().as_ref().map(|c| c.index), Some(33));
+    assert_eq!(
+        fingerprint(&run.cursor().as_ref().unwrap().model, 7),
+        fingerprint(&s.model_after(33), 7)
+    );
+    run.seek(None);
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!run.rewinding());
+    run.stop();
+}
+
+#[test]
+fn rewinding_uses_the_traces_checkpoints_and_stays_exact() {
+    let dir = temp_dir("ckpt");
+    let s = fragmented(9, None);
+    let p = dir.join("c.fpt");
+    let mut w = TraceWriter::create(&p).unwrap();
+    for (pid, r, e) in &s.metas {
+        w.write_meta(*pid, *r, e).unwrap();
+    }
+    w.write_records(&s.records[..60]).unwrap();
+    w.write_checkpoint(60, &s.model_after(60).checkpoint())
+        .unwrap();
+    w.write_records(&s.records[60..]).unwrap();
+    w.finish().unwrap();
+    let run = Run::start(0, Source::Trace(p)).unwrap();
+    assert!(run.wait_loaded(WAIT));
+    assert_eq!(run.head().checkpoints().first().map(|c| c.0), Some(60));
+    for idx in [100, 61, 60, 59] {
+        run.seek(Some(idx));
+        assert!(run.wait_cursor(WAIT));
+        assert_eq!(
+            fingerprint(&run.cursor().as_ref().unwrap().model, 9),
+            fingerprint(&s.model_after(idx), 9),
+            "at {idx}"
+        );
+    }
+    run.stop();
+}
+
+#[test]
+fn a_feed_is_ingested_like_a_trace_and_ends_when_the_sender_drops() {
+    let s = fragmented(11, Some("max_split_size_mb:128"));
+    let (tx, rx) = feed("run --view");
+    let run = Run::start(0, Source::Feed(rx)).unwrap();
+    assert!(run.live);
+    for r in &s.records {
+        let meta = s
+            .metas
+            .iter()
+            .find(|(p, k, _)| *p == r.pid && *k == r.meta && r.meta != 0)
+            .map(|m| m.2.as_slice());
+        tx.send(r, meta);
+    }
+    tx.set_dropped(0);
+    assert!(
+        !run.wait_loaded(Duration::from_millis(100)) || run.head().applied() == s.records.len()
+    );
+    drop(tx);
+    assert!(run.wait_loaded(WAIT));
+    let h = run.head();
+    assert_eq!(h.applied(), s.records.len());
+    assert_eq!(
+        fingerprint(&h.model, 11),
+        fingerprint(&s.model_after(s.records.len()), 11)
+    );
+    assert_eq!(h.alloc_conf().as_deref(), Some("max_split_size_mb:128"));
+    drop(h);
+    run.stop();
+}
+
+#[test]
+fn a_file_that_is_not_a_trace_fails_with_a_message_naming_it() {
+    let dir = temp_dir("bad");
+    let p = dir.join("notes.txt");
+    std::fs::write(&p, b"hello, not a pickle").unwrap();
+    let src = Source::detect(&p).unwrap();
+    let run = Run::start(0, src).unwrap();
+    assert!(run.wait_loaded(WAIT));
+    let e = run.progress.error().expect("an error");
+    assert!(e.contains("notes.txt"), "{e}");
+    assert!(Source::detect(&dir.join("missing.fpt"))
+        .unwrap_err()
+        .contains("missing.fpt"));
+}
