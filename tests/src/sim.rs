@@ -215,7 +215,13 @@ pub fn rerun_test(
     .env(ENV_CHILD, name);
     sim_env_on(&mut cmd, spec);
     adjust(&mut cmd);
-    cmd.output().expect("run the test's child process")
+    let out = cmd.output().expect("run the test's child process");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("running 1 test"),
+        "the child did not run test {name}:\n{stdout}"
+    );
+    out
 }
 
 /// One `FPSCN` line of a scenario's output.
