@@ -25,11 +25,12 @@ fn verify_is_exact_on_every_fixture() {
         let r = verify(&s, Version::DEFAULT).unwrap();
         for d in &r.devices {
             eprintln!(
-                "{name}: dev {} allocs {}/{} segs {}/{} maps {}/{} unexpected {} releases {}/{} free_err {} final {} inferred {} (whole {}) anomalies {:?} first {:?}",
+                "{name}: dev {} allocs {}/{} segs {}/{} maps {}/{} unexpected {} releases {}/{} free_err {} final {} inferred {} (whole {}, ambiguous {}) anomalies {:?} first {:?}",
                 d.device, d.alloc_address_matches, d.alloc_events, d.segment_size_matches, d.segment_allocs,
                 d.segment_map_matches, d.segment_maps, d.unexpected_segments, d.segment_release_matches,
                 d.segment_releases, d.free_errors, d.final_state_matches, d.reconstruction.inferred_blocks,
-                d.reconstruction.inferred_whole, d.reconstruction.anomalies, d.first_mismatch
+                d.reconstruction.inferred_whole, d.reconstruction.ambiguous_blocks,
+                d.reconstruction.anomalies, d.first_mismatch
             );
         }
         assert!(r.alloc_events() > 0, "{name}");

@@ -43,6 +43,11 @@ pub struct Reconstruction {
     pub inferred_blocks: u64,
     /// Of those, how many were given the whole free run (unsplittable remainder).
     pub inferred_whole: u64,
+    /// Inferred large-pool blocks whose true size the trace cannot pin down: each was
+    /// given its rounded request, but it may have been taken unsplit with up to 1 MiB more
+    /// (the free block after it was freed before the trace began). Replay addresses next
+    /// to them may differ from the recording.
+    pub ambiguous_blocks: u64,
     /// Trace entries that did not fit the final state (should be empty).
     pub anomalies: Vec<String>,
 }
@@ -94,9 +99,11 @@ pub fn reconstruct_start(
                 undo_alloc(&mut segs, e)
             }
             Action::FreeRequested => undo_free_requested(&mut segs, e),
-            Action::FreeCompleted => undo_free_completed(&mut segs, e, cfg).map(|whole| {
-                inferred.insert(e.addr, whole);
-            }),
+            Action::FreeCompleted => {
+                undo_free_completed(&mut segs, e, cfg, &mut inferred).map(|whole| {
+                    inferred.insert(e.addr, whole);
+                })
+            }
             Action::SegmentAlloc => undo_segment_alloc(&mut segs, e),
             Action::SegmentFree => undo_segment_free(&mut segs, e, cfg),
             Action::SegmentMap => undo_segment_map(&mut segs, e),
@@ -115,6 +122,23 @@ pub fn reconstruct_start(
     }
     r.inferred_blocks = inferred.len() as u64;
     r.inferred_whole = inferred.values().filter(|&&w| w).count() as u64;
+    for s in segs.values() {
+        if s.pool != PoolKind::Large || s.expandable {
+            continue;
+        }
+        for ((&a, b), (_, n)) in s.blocks.iter().zip(s.blocks.iter().skip(1)) {
+            let splittable =
+                round_size(b.requested, &cfg.roundup_power2_divisions) < cfg.max_split_size;
+            if b.state.is_active()
+                && inferred.get(&a) == Some(&false)
+                && splittable
+                && n.state == BlockState::Inactive
+                && n.size > SMALL_SIZE + MIN_BLOCK
+            {
+                r.ambiguous_blocks += 1;
+            }
+        }
+    }
     r.segments = segs
         .into_iter()
         .map(|(addr, s)| Segment {
@@ -214,6 +238,7 @@ fn undo_free_completed(
     segs: &mut BTreeMap<u64, USeg>,
     e: &TraceEvent,
     cfg: &Config,
+    inferred: &mut std::collections::HashMap<u64, bool>,
 ) -> Result<bool, String> {
     let (_, s) = containing(segs, e.addr).ok_or("outside every segment")?;
     let (fa, fb) = block_containing(s, e.addr).ok_or("no block here")?;
@@ -237,13 +262,33 @@ fn undo_free_completed(
     }
     s.blocks.remove(&fa);
     if e.addr > fa {
-        s.blocks.insert(
-            fa,
-            UBlock {
-                size: e.addr - fa,
-                ..fb
-            },
-        );
+        let left = e.addr - fa;
+        // A large-pool free block is always > 1 MiB. A smaller run left of this block is
+        // the unsplit tail of the block before it, whose size was inferred as its rounded
+        // request while the run still reached further (this block was free then).
+        let prev = s.blocks.range(..fa).next_back().map(|(&a, &b)| (a, b));
+        match prev {
+            Some((pa, pb))
+                if s.pool == PoolKind::Large
+                    && !s.expandable
+                    && left <= SMALL_SIZE
+                    && pa + pb.size == fa
+                    && pb.state.is_active()
+                    && inferred.contains_key(&pa) =>
+            {
+                s.blocks.insert(
+                    pa,
+                    UBlock {
+                        size: pb.size + left,
+                        ..pb
+                    },
+                );
+                inferred.insert(pa, true);
+            }
+            _ => {
+                s.blocks.insert(fa, UBlock { size: left, ..fb });
+            }
+        }
     }
     s.blocks.insert(
         e.addr,

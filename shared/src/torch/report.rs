@@ -112,6 +112,7 @@ fn device(d: &DeviceVerify) -> String {
         .u("segment_releases", d.segment_releases)
         .u("segment_release_matches", d.segment_release_matches)
         .u("free_errors", d.free_errors)
+        .u("resyncs", d.resyncs)
         .b("final_state_matches", d.final_state_matches)
         .raw("first_mismatch", &mismatch(&d.first_mismatch))
         .raw(
@@ -120,6 +121,7 @@ fn device(d: &DeviceVerify) -> String {
                 .u("segments_at_start", r.segments.len() as u64)
                 .u("inferred_block_sizes", r.inferred_blocks)
                 .u("inferred_whole_runs", r.inferred_whole)
+                .u("ambiguous_blocks", r.ambiguous_blocks)
                 .raw("anomalies", &array(r.anomalies.iter().map(|a| string(a))))
                 .end(),
         )

@@ -61,6 +61,9 @@ pub struct DeviceVerify {
     pub segment_release_matches: u64,
     /// Frees the simulator could not apply.
     pub free_errors: u64,
+    /// Mismatched allocations moved to their recorded address so the replay could go on
+    /// judging later decisions from the recorded state.
+    pub resyncs: u64,
     /// Whether the simulator's final state equals the snapshot's `segments`.
     pub final_state_matches: bool,
     /// The first disagreement, if any.
@@ -115,7 +118,11 @@ impl VerifyReport {
 /// Hands out the recorded addresses of the segments created for the current request.
 struct Recorded {
     allocs: VecDeque<u64>,
-    map_base: Option<u64>,
+    /// Recorded `segment_map` addresses since the last alloc.
+    maps: Vec<u64>,
+    /// Reservations known so far (base, size): a new one starts at the first recorded map
+    /// outside all of them.
+    reserved: Vec<(u64, u64)>,
     /// Addresses for anything the recording does not explain: far from real ones.
     fallback: FirstFit,
 }
@@ -133,10 +140,22 @@ impl AddressSource for Recorded {
         }
     }
     fn reserve(&mut self, size: u64, stream: u64, small: bool) -> u64 {
-        match self.map_base.take() {
+        let inside = |a: u64, r: &[(u64, u64)]| r.iter().any(|&(b, s)| a >= b && a < b + s);
+        let base = match self
+            .maps
+            .iter()
+            .copied()
+            .find(|&a| !inside(a, &self.reserved))
+        {
             Some(a) => a,
             None => self.fallback.reserve(size, stream, small),
-        }
+        };
+        self.reserved.push((base, size));
+        base
+    }
+    fn release(&mut self, addr: u64, size: u64) {
+        self.reserved.retain(|&(b, _)| b != addr);
+        self.segment_free(addr, size);
     }
 }
 
@@ -209,7 +228,8 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
     }
     let mut src = Recorded {
         allocs: VecDeque::new(),
-        map_base: None,
+        maps: Vec::new(),
+        reserved: sim.reservations(),
         fallback: {
             let mut f = FirstFit::new();
             // Keep invented addresses far away from real ones.
@@ -240,7 +260,7 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
             Action::Alloc => {
                 out.alloc_events += 1;
                 src.allocs = window_allocs.iter().map(|&(a, _)| a).collect();
-                src.map_base = window_maps.first().map(|&(a, _)| a);
+                src.maps = window_maps.iter().map(|&(a, _)| a).collect();
                 let pool = if pools.is_empty() {
                     (0, 0)
                 } else {
@@ -303,7 +323,14 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
                 match got {
                     Ok(a) if a == e.addr => out.alloc_address_matches += 1,
                     Ok(a) => {
-                        moved.insert(e.addr, a);
+                        // Put the block where it really went, if that memory is free.
+                        let _ = sim.free(a);
+                        if sim.force_alloc_at(e.addr, e.size, e.stream) {
+                            out.resyncs += 1;
+                        } else if let Ok(b) = sim.malloc_in(pool, e.size, e.stream, &mut src) {
+                            moved.insert(e.addr, b);
+                        }
+                        sim.take_events();
                         mismatch(
                             &mut out,
                             Mismatch {
@@ -343,6 +370,8 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
                 sim.take_events();
             }
             Action::SegmentFree => {
+                // Pages mapped by an attempt that then failed and freed the cache.
+                apply_orphan_maps(&mut sim, &mut window_maps, &mut out, i);
                 out.segment_releases += 1;
                 if sim.release_segment_at(e.addr, &mut src) {
                     out.segment_release_matches += 1;
@@ -350,13 +379,34 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
                 sim.take_events();
             }
             Action::SegmentUnmap => {
+                apply_orphan_maps(&mut sim, &mut window_maps, &mut out, i);
                 out.segment_releases += 1;
                 if sim.unmap_at(e.addr, &mut src) == e.size {
                     out.segment_release_matches += 1;
                 }
                 sim.take_events();
             }
-            Action::Oom | Action::Snapshot | Action::UserDefined | Action::Other => {}
+            Action::Oom => {
+                // A failed malloc: no block, but pages it mapped before giving up stay
+                // mapped (segment frees it caused were applied as they came).
+                apply_orphan_maps(&mut sim, &mut window_maps, &mut out, i);
+                for &(ra, rs) in &window_allocs {
+                    mismatch(
+                        &mut out,
+                        Mismatch {
+                            index: i,
+                            action: Action::SegmentAlloc,
+                            recorded_addr: ra,
+                            predicted_addr: 0,
+                            size: rs,
+                            predicted_size: 0,
+                        },
+                    );
+                }
+                window_allocs.clear();
+                sim.take_events();
+            }
+            Action::Snapshot | Action::UserDefined | Action::Other => {}
         }
     }
     // Recorded segment allocations after the last alloc (a trailing OOM's retry…).
@@ -364,6 +414,31 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
     out.stats = sim.stats().clone();
     out.reconstruction = rec;
     out
+}
+
+/// Applies recorded `segment_map`s that no allocation used (a malloc mapped pages, then
+/// failed); they count as matching when the simulator had those pages unmapped too.
+fn apply_orphan_maps(
+    sim: &mut Allocator,
+    maps: &mut Vec<(u64, u64)>,
+    out: &mut DeviceVerify,
+    i: usize,
+) {
+    for (ra, rs) in maps.drain(..) {
+        if sim.map_at(ra, rs) {
+            out.segment_map_matches += 1;
+        } else if out.first_mismatch.is_none() {
+            out.first_mismatch = Some(Mismatch {
+                index: i,
+                action: Action::SegmentMap,
+                recorded_addr: ra,
+                predicted_addr: 0,
+                size: rs,
+                predicted_size: 0,
+            });
+        }
+    }
+    sim.take_events();
 }
 
 /// Equal segments and blocks (addresses, sizes, states, requested sizes of active blocks).

@@ -148,11 +148,18 @@ fn render_verify(r: &VerifyReport) -> String {
             ));
         }
         out.push_str(&format!(
-            "  final layout     {}\n  start state      {} segments rebuilt, {} block sizes inferred\n",
+            "  final layout     {}\n  start state      {} segments rebuilt, {} block sizes inferred ({} ambiguous)\n",
             if d.final_state_matches { "matches the snapshot" } else { "DIFFERS from the snapshot" },
             d.reconstruction.segments.len(),
             d.reconstruction.inferred_blocks,
+            d.reconstruction.ambiguous_blocks,
         ));
+        if d.resyncs > 0 {
+            out.push_str(&format!(
+                "  resynchronised   {} mismatched allocations moved to their recorded address\n",
+                d.resyncs
+            ));
+        }
         for a in &d.reconstruction.anomalies {
             out.push_str(&format!("  anomaly: {a}\n"));
         }

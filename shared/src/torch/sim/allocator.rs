@@ -764,6 +764,60 @@ impl Allocator {
         }
     }
 
+    /// Allocates a block of `orig` bytes at exactly `addr`, inside a free block of
+    /// `stream` that holds it (used to put a diverged replay back on the recorded track).
+    /// The rest of the free block stays free before it, and after it per the split rules.
+    /// Returns whether it could.
+    pub fn force_alloc_at(&mut self, addr: u64, orig: u64, stream: u64) -> bool {
+        let size = round_size(orig, &self.cfg.roundup_power2_divisions);
+        let found = self
+            .arena
+            .iter()
+            .find(|(_, b)| {
+                b.is_free()
+                    && b.mapped
+                    && b.stream == stream
+                    && b.addr <= addr
+                    && addr.saturating_add(size) <= b.addr + b.size
+                    && (size <= SMALL_SIZE) == self.pools[b.pool as usize].small
+            })
+            .map(|(id, _)| id);
+        let Some(id) = found else { return false };
+        let b = self.arena.get(id).clone();
+        self.remove_free(id);
+        if addr > b.addr {
+            let front = self.arena.add(Block {
+                addr: b.addr,
+                size: addr - b.addr,
+                requested: 0,
+                stream,
+                prev: b.prev,
+                next: id,
+                pool: b.pool,
+                allocated: false,
+                pending: false,
+                mapped: true,
+                exp: b.exp,
+                gc_base: 0,
+            });
+            if b.prev != NIL {
+                self.arena.get_mut(b.prev).next = front;
+            }
+            let m = self.arena.get_mut(id);
+            m.prev = front;
+            m.addr = addr;
+            m.size -= addr - b.addr;
+            self.insert_free(front);
+            if !b.is_split() && b.exp == NIL {
+                // Both parts are now free blocks of a split segment.
+                self.add_inactive_split(b.size as i64);
+            }
+        }
+        let split = self.should_split(id, size);
+        self.alloc_found_block(id, size, orig, stream, split);
+        true
+    }
+
     /// Releases the cached `cudaMalloc` segment at `addr` if it is entirely free (used to
     /// apply a recorded `segment_free`). Returns whether it was released.
     pub fn release_segment_at<A: AddressSource + ?Sized>(

@@ -27,6 +27,15 @@ impl Allocator {
         }
     }
 
+    /// The live expandable-segment reservations as (base, size).
+    pub fn reservations(&self) -> Vec<(u64, u64)> {
+        self.exps
+            .iter()
+            .flatten()
+            .map(|e| (e.base, e.size))
+            .collect()
+    }
+
     /// Size of a new reservation: 1⅛ × device memory, in whole pages.
     pub(super) fn reservation_size(&self, page: u64) -> u64 {
         let total = self
@@ -291,6 +300,25 @@ impl Allocator {
             src.release(seg.base, seg.size);
         }
         self.arena.remove(id);
+    }
+
+    /// Maps `size` bytes at `addr`, the start of an unmapped run (used to apply the pages a
+    /// failed malloc mapped before it gave up). Returns whether it could.
+    pub fn map_at(&mut self, addr: u64, size: u64) -> bool {
+        let found = self
+            .arena
+            .iter()
+            .find(|(_, b)| b.exp != NIL && !b.mapped && b.addr == addr && size <= b.size)
+            .map(|(id, _)| id);
+        match found {
+            Some(id) => {
+                let saved = self.cfg.capacity.take();
+                let ok = self.map_block(id, size);
+                self.cfg.capacity = saved;
+                ok
+            }
+            None => false,
+        }
     }
 
     /// Unmaps the free expandable block that contains `addr` (how a recorded
