@@ -95,7 +95,7 @@ fn push_with_live(ring: &Ring, rec: Record, live: Option<(u64, LiveClass)>) {
                     rec.size,
                     rec.aux,
                     rec.aux2,
-                    ring.tail(),
+                    fragprobe_shared::live::SEQ_DROPPED,
                 );
             }
         }

@@ -32,6 +32,7 @@ struct Attached {
     file: RingFile,
     pid: u32,
     seen_dropped: u64,
+    seen_skipped: u64,
     pending_since: Option<(u64, u64)>,
     metas: HashSet<u64>,
     saw_exit: bool,
@@ -142,6 +143,7 @@ impl Recorder {
         let mut a = Attached {
             pid,
             seen_dropped: file.dropped(),
+            seen_skipped: file.skipped(),
             file,
             pending_since: None,
             metas: HashSet::new(),
@@ -149,12 +151,7 @@ impl Recorder {
             finished: false,
             skip_below: 0,
         };
-        if self.opts.attach_late || a.seen_dropped > 0 {
-            a.skip_below = if self.opts.attach_late {
-                a.file.tail()
-            } else {
-                0
-            };
+        if self.opts.attach_late || a.seen_dropped > 0 || a.seen_skipped > 0 {
             let mut out = Vec::new();
             Self::resync(&mut a, &mut out);
             self.emit_vec(&mut a, out)?;
@@ -163,8 +160,13 @@ impl Recorder {
         Ok(())
     }
 
+    /// Appends the resync records of `a`'s live table and skips, from now on, the records
+    /// the resync already covers (seq below its watermark, `ResyncBegin.aux`).
     fn resync(a: &mut Attached, out: &mut Vec<Record>) {
         let recs = resync_records_at(&a.file, monotonic_ns());
+        if let Some(begin) = recs.first() {
+            a.skip_below = a.skip_below.max(begin.aux);
+        }
         out.extend(recs);
     }
 
@@ -303,16 +305,19 @@ impl Recorder {
         loop {
             let mut got = Vec::new();
             let skip_below = a.skip_below;
-            let st = a.file.drain(65536, &mut |r: &Record| {
+            // Stops before any record that may depend on a drop not yet accounted for, so
+            // the loss marker and resync come first (see Ring::drain_until_drop).
+            let st = a.file.drain_until_drop(65536, a.seen_dropped, &mut |r: &Record| {
                 if r.seq >= skip_below && r.kind != 0 {
                     got.push(*r);
                 }
             });
             self.emit_vec(a, got)?;
-            let dropped = a.file.dropped() + a.file.skipped();
-            if dropped > a.seen_dropped {
-                let lost = dropped - a.seen_dropped;
+            let (dropped, skipped) = (a.file.dropped(), a.file.skipped());
+            if dropped > a.seen_dropped || skipped > a.seen_skipped {
+                let lost = (dropped - a.seen_dropped) + (skipped - a.seen_skipped);
                 a.seen_dropped = dropped;
+                a.seen_skipped = skipped;
                 self.lost += lost;
                 let mut out = vec![Record {
                     ts_ns: now,
