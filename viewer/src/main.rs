@@ -7,7 +7,7 @@ use fragprobe_viewer::cmd;
 
 /// Find out why CUDA ran out of memory while nvidia-smi says gigabytes are free.
 #[derive(Parser, Debug)]
-#[command(name = "fragprobe", version, about, long_about = None, propagate_version = true)]
+#[command(name = "fragprobe", version, long_about = None, propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -29,6 +29,13 @@ enum Command {
     Export(cmd::export::Args),
     /// A built-in workload on the simulated GPU that ends in a fragmentation OOM.
     Demo(cmd::demo::Args),
+    /// The desktop viewer: address-space map, timelines, replay, compare.
+    View(cmd::view::Args),
+    /// Import a PyTorch memory snapshot (never executed) into a fragprobe trace.
+    Import(cmd::import::Args),
+    /// Replay a PyTorch snapshot through a model of its caching allocator, or predict
+    /// what other PYTORCH_CUDA_ALLOC_CONF settings would have done.
+    Simulate(cmd::simulate::Args),
     /// Live device and process memory, like `watch -d nvidia-smi`.
     Watch(cmd::watch::Args),
     /// Log NVML samples to CSV/JSONL with threshold alerts.
@@ -54,6 +61,9 @@ fn main() -> ExitCode {
         Command::Compare(a) => cmd::compare::run(a),
         Command::Export(a) => cmd::export::run(a),
         Command::Demo(a) => cmd::demo::run(a),
+        Command::View(a) => cmd::view::run(a),
+        Command::Import(a) => cmd::import::run(a),
+        Command::Simulate(a) => cmd::simulate::run(a),
         Command::Watch(a) => cmd::watch::run(a),
         Command::Log(a) => cmd::log::run(a),
         Command::Plot(a) => cmd::plot::run(a),

@@ -87,9 +87,6 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         eprintln!("fragprobe: process {pid} has no ring (was it started with LD_PRELOAD=libfragprobe.so, and has it used CUDA yet?)");
         return Ok(ExitCode::from(crate::exit::NO_INPUT));
     };
-    if args.view {
-        eprintln!("fragprobe: recording headless; open the trace with `fragprobe view` afterwards");
-    }
     let out = args.output.clone().unwrap_or_else(|| {
         let name = crate::record::default_trace_name(&[format!("attach-{pid}").into()]);
         name
@@ -114,23 +111,50 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         out.display()
     );
     let mut sink = ModelSink::default();
+    let duration = args.duration;
+    let sink = if args.view && super::run::display_available() {
+        let (tx, rx) = crate::pipeline::feed(&format!("pid {pid}"));
+        sink.feed = Some(tx);
+        let worker = std::thread::Builder::new()
+            .name("fragprobe-attach".into())
+            .spawn(move || {
+                let r = record_loop(&mut rec, &mut sink, duration);
+                sink.feed = None;
+                r.map(|_| sink)
+            })?;
+        crate::cmd::view::open_live(rx, &crate::cmd::view::LiveOptions::default())?;
+        STOP.store(true, Ordering::Relaxed);
+        worker
+            .join()
+            .map_err(|_| anyhow::anyhow!("the recording thread panicked"))??
+    } else {
+        if args.view {
+            eprintln!("fragprobe: no display (DISPLAY/WAYLAND_DISPLAY unset): recording headless");
+        }
+        record_loop(&mut rec, &mut sink, duration)?;
+        sink
+    };
+    print_summary(&sink.report(&out.display().to_string()), Some(&out));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Drains until the process ends, Ctrl-C, or `duration` seconds.
+fn record_loop(
+    rec: &mut Recorder,
+    sink: &mut ModelSink,
+    duration: Option<f64>,
+) -> anyhow::Result<()> {
     let start = std::time::Instant::now();
     loop {
-        let mut f = |r: &Record, recd: &Recorder| sink.apply(r, recd);
-        rec.poll(&mut f)?;
-        sink.checkpoint_if_due(&mut rec)?;
+        rec.poll(&mut |r: &Record, recd: &Recorder| sink.apply(r, recd))?;
+        sink.checkpoint_if_due(rec)?;
         if !rec.active()
             || STOP.load(Ordering::Relaxed)
-            || args
-                .duration
-                .is_some_and(|d| start.elapsed().as_secs_f64() >= d)
+            || duration.is_some_and(|d| start.elapsed().as_secs_f64() >= d)
         {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    let mut f = |r: &Record, recd: &Recorder| sink.apply(r, recd);
-    rec.finish(0, &mut f)?;
-    print_summary(&sink.report(&out.display().to_string()), Some(&out));
-    Ok(ExitCode::SUCCESS)
+    rec.finish(0, &mut |r: &Record, recd: &Recorder| sink.apply(r, recd))
 }

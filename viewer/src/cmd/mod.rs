@@ -5,16 +5,20 @@ pub mod compare;
 pub mod demo;
 pub mod doctor;
 pub mod export;
+pub mod import;
 pub mod log;
 pub mod plot;
 pub mod record;
 pub mod report;
 pub mod run;
+pub mod simulate;
 pub mod view;
 pub mod watch;
 
 /// Opens the desktop viewer on a trace (used by `demo`).
 pub fn open_viewer(trace: &std::path::Path) -> anyhow::Result<std::process::ExitCode> {
-    eprintln!("fragprobe: open it with: fragprobe view {}", trace.display());
-    Ok(std::process::ExitCode::SUCCESS)
+    view::run(&view::Args {
+        traces: vec![trace.to_path_buf()],
+        ..view::Args::default()
+    })
 }

@@ -75,13 +75,35 @@ pub fn run_session(
             return Ok(ExitCode::from(e.code));
         }
     };
-    if view {
-        eprintln!("fragprobe: the live viewer needs a display; recording headless (open the trace with `fragprobe view`)");
-    }
     let mut sink = ModelSink::default();
-    let status = session.wait(&mut sink);
-    session.cleanup();
-    let status = status?;
+    let status = if view && display_available() {
+        // The window must own the main thread: recording moves to a named thread and
+        // feeds the viewer; closing the window leaves the command running to its end.
+        let (tx, rx) = crate::pipeline::feed("live");
+        sink.feed = Some(tx);
+        let worker = std::thread::Builder::new()
+            .name("fragprobe-record".into())
+            .spawn(move || {
+                let st = session.wait(&mut sink);
+                session.cleanup();
+                sink.feed = None;
+                (st, sink, session)
+            })?;
+        crate::cmd::view::open_live(rx, &crate::cmd::view::LiveOptions::default())?;
+        let (st, s, sess) = worker
+            .join()
+            .map_err(|_| anyhow::anyhow!("the recording thread panicked"))?;
+        sink = s;
+        session = sess;
+        st?
+    } else {
+        if view {
+            eprintln!("fragprobe: no display (DISPLAY/WAYLAND_DISPLAY unset): recording headless; open the trace with `fragprobe view`");
+        }
+        let st = session.wait(&mut sink);
+        session.cleanup();
+        st?
+    };
     let code = shell_code(&status);
     let source = session
         .trace
@@ -107,6 +129,12 @@ pub fn run_session(
         }
     }
     Ok(ExitCode::from(code))
+}
+
+/// Whether a window can be opened.
+pub fn display_available() -> bool {
+    std::env::var_os("DISPLAY").is_some_and(|d| !d.is_empty())
+        || std::env::var_os("WAYLAND_DISPLAY").is_some_and(|d| !d.is_empty())
 }
 
 /// `fragprobe run`.

@@ -6,6 +6,7 @@ use fragprobe_shared::format::{MetaEntry, Record};
 use fragprobe_shared::model::Model;
 
 use super::Recorder;
+use crate::pipeline::FeedSender;
 use crate::report::Report;
 
 /// Write a model checkpoint into the trace every this many records.
@@ -21,6 +22,8 @@ pub struct ModelSink {
     pub last_ns: u64,
     since_checkpoint: u64,
     pending_checkpoint: bool,
+    /// The live viewer's feed, when one is open: every record goes there too.
+    pub feed: Option<FeedSender>,
 }
 
 impl Default for ModelSink {
@@ -31,6 +34,7 @@ impl Default for ModelSink {
             last_ns: 0,
             since_checkpoint: 0,
             pending_checkpoint: false,
+            feed: None,
         }
     }
 }
@@ -44,6 +48,10 @@ impl ModelSink {
             None
         };
         self.model.apply_with_meta(r, meta.as_ref());
+        if let Some(f) = &self.feed {
+            f.send(r, if r.meta != 0 { rec.meta_of(r) } else { None });
+            f.set_dropped(rec.lost());
+        }
         if r.ts_ns != 0 {
             self.first_ns = self.first_ns.min(r.ts_ns);
             self.last_ns = self.last_ns.max(r.ts_ns);
