@@ -168,12 +168,12 @@ pub fn reconstruct_start(
 
 fn containing(segs: &mut BTreeMap<u64, USeg>, addr: u64) -> Option<(u64, &mut USeg)> {
     let (&a, s) = segs.range_mut(..=addr).next_back()?;
-    (addr < a + s.size).then_some((a, s))
+    (addr < a.saturating_add(s.size)).then_some((a, s))
 }
 
 fn block_containing(s: &USeg, addr: u64) -> Option<(u64, UBlock)> {
     let (&a, &b) = s.blocks.range(..=addr).next_back()?;
-    (addr < a + b.size).then_some((a, b))
+    (addr < a.saturating_add(b.size)).then_some((a, b))
 }
 
 /// Frees the block at `addr` and merges it with free neighbours.
@@ -375,8 +375,8 @@ fn undo_segment_map(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result<()
     if !s.expandable {
         return Err("maps into a segment that is not expandable".into());
     }
-    let end = e.addr + e.size;
-    if end > sa + s.size {
+    let end = e.addr.saturating_add(e.size);
+    if end > sa.saturating_add(s.size) {
         return Err("runs past the mapped range".into());
     }
     let (fa, fb) = block_containing(s, e.addr).ok_or("no block here")?;
@@ -438,11 +438,13 @@ fn undo_segment_unmap(
     if let Some((a, _)) = containing(segs, e.addr) {
         return Err(format!("overlaps the mapped range at {a:#x}"));
     }
-    let end = e.addr + e.size;
+    let end = e.addr.saturating_add(e.size);
     let prev = segs
         .range(..e.addr)
         .next_back()
-        .filter(|(&a, s)| a + s.size == e.addr && s.expandable && s.stream == e.stream)
+        .filter(|(&a, s)| {
+            a.saturating_add(s.size) == e.addr && s.expandable && s.stream == e.stream
+        })
         .map(|(&a, s)| (a, s.pool, s.pool_id));
     let next = segs
         .get(&end)

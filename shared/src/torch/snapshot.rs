@@ -514,6 +514,12 @@ impl Decoder<'_> {
         let at = || format!("segments[{i}]");
         let address = self.u64_field(s, "address", &at)?;
         let total_size = self.u64_field(s, "total_size", &at)?;
+        if address.checked_add(total_size).is_none() {
+            return Err(shape(format!(
+                "{} extends past the end of the address space",
+                at()
+            )));
+        }
         let device = p.get(s, "device").and_then(|v| p.int(v)).unwrap_or(0) as i32;
         let pool = match p.get(s, "segment_type").and_then(|v| p.str(v)) {
             Some("small") => PoolKind::Small,
@@ -552,6 +558,13 @@ impl Decoder<'_> {
             }
             let size = self.u64_field(b, "size", &at)?;
             let addr = self.opt_u64(b, "address").unwrap_or(next_addr);
+            if addr < address
+                || addr
+                    .checked_add(size)
+                    .is_none_or(|end| end > address + total_size)
+            {
+                return Err(shape(format!("{} lies outside its segment", at())));
+            }
             let state = match p.get(b, "state").and_then(|v| p.str(v)) {
                 Some("active_allocated") => BlockState::ActiveAllocated,
                 Some("active_pending_free") | Some("active_awaiting_free") => {

@@ -13,6 +13,9 @@ use super::pools::{Arena, Block, IntMap, Pool, NIL};
 use super::rounding::{allocation_size, round_size, MIN_BLOCK, SMALL_SIZE};
 use crate::torch::snapshot::{Action, PoolId, TraceEvent};
 
+/// Requests above this (2^60 bytes) fail as out of memory without further ado.
+pub const MAX_REQUEST: u64 = 1 << 60;
+
 /// Running totals, PyTorch's `DeviceStats` plus event counts.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
@@ -310,6 +313,17 @@ impl Allocator {
         stream: u64,
         src: &mut A,
     ) -> Result<u64, Oom> {
+        if orig > MAX_REQUEST {
+            // No device has exabytes; also keeps the rounding arithmetic in range.
+            self.stats.ooms += 1;
+            self.event(Action::Oom, 0, orig, stream);
+            return Err(Oom {
+                requested: orig,
+                rounded: orig,
+                reserved: self.stats.reserved,
+                allocated: self.stats.allocated,
+            });
+        }
         let size = round_size(orig, &self.cfg.roundup_power2_divisions);
         let pool = self.pool_slot(pool) + (size <= SMALL_SIZE) as usize;
         let alloc_size = allocation_size(size, self.cfg.large_segment_size);
@@ -769,6 +783,9 @@ impl Allocator {
     /// The rest of the free block stays free before it, and after it per the split rules.
     /// Returns whether it could.
     pub fn force_alloc_at(&mut self, addr: u64, orig: u64, stream: u64) -> bool {
+        if orig > MAX_REQUEST {
+            return false;
+        }
         let size = round_size(orig, &self.cfg.roundup_power2_divisions);
         let found = self
             .arena

@@ -37,7 +37,7 @@ pub fn roundup_power2_next_division(size: u64, divisions: u64) -> u64 {
     if rounded == size {
         size
     } else {
-        rounded + step
+        rounded.saturating_add(step)
     }
 }
 
@@ -50,7 +50,7 @@ pub fn round_size(size: u64, divisions: &[u64; ROUNDUP_INTERVALS]) -> u64 {
     if d > 1 && size > MIN_BLOCK * d {
         roundup_power2_next_division(size, d)
     } else {
-        size.div_ceil(MIN_BLOCK) * MIN_BLOCK
+        size.div_ceil(MIN_BLOCK).saturating_mul(MIN_BLOCK)
     }
 }
 
@@ -61,7 +61,7 @@ pub fn allocation_size(size: u64, large_segment: u64) -> u64 {
     } else if size < MIN_LARGE_ALLOC {
         large_segment
     } else {
-        size.div_ceil(ROUND_LARGE) * ROUND_LARGE
+        size.div_ceil(ROUND_LARGE).saturating_mul(ROUND_LARGE)
     }
 }
 
@@ -101,6 +101,13 @@ mod tests {
         assert_eq!(division_index(2 << 20), 1);
         assert_eq!(division_index(256 << 20), 8);
         assert_eq!(division_index(u64::MAX), 15);
+    }
+
+    #[test]
+    fn huge_sizes_do_not_overflow() {
+        assert_eq!(round_size(u64::MAX, &[0; ROUNDUP_INTERVALS]), u64::MAX);
+        assert_eq!(round_size(u64::MAX - 3, &[8; ROUNDUP_INTERVALS]), u64::MAX);
+        assert_eq!(allocation_size(u64::MAX, LARGE_BUFFER), u64::MAX);
     }
 
     #[test]
