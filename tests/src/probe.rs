@@ -9,35 +9,42 @@ use std::sync::OnceLock;
 use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_shared::trace::Trace;
 
-use crate::sim::{artifact_dir, build_scenario, ensure_sim_built, fresh_state_path, parse_lines, workspace_root, ScenarioLine, ENV_STATE};
+use crate::sim::{
+    artifact_dir, build_scenario, ensure_sim_built, fresh_state_path, parse_lines, workspace_root,
+    ScenarioLine, ENV_STATE,
+};
+
+fn cargo_build(packages: &[&str]) {
+    ensure_sim_built();
+    let art = artifact_dir();
+    let target_dir = art.parent().expect("target directory").to_path_buf();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build")
+        .arg("--manifest-path")
+        .arg(workspace_root().join("Cargo.toml"));
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    cmd.arg("--target-dir").arg(&target_dir);
+    if art.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    let status = cmd.status().expect("run cargo build");
+    assert!(status.success(), "building {packages:?} failed");
+}
 
 /// Builds `libfragprobe.so` and the `fragprobe` binary (once per test process), with the
 /// same cargo, target directory and profile as the running tests.
 pub fn ensure_fragprobe_built() {
     static BUILT: OnceLock<()> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        ensure_sim_built();
-        let art = artifact_dir();
-        let target_dir = art.parent().expect("target directory").to_path_buf();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.arg("build")
-            .arg("--manifest-path")
-            .arg(workspace_root().join("Cargo.toml"))
-            .args(["-p", "fragprobe-probe", "-p", "fragprobe-viewer"])
-            .arg("--target-dir")
-            .arg(&target_dir);
-        if art.file_name().is_some_and(|n| n == "release") {
-            cmd.arg("--release");
-        }
-        let status = cmd.status().expect("run cargo build for the probe and the CLI");
-        assert!(status.success(), "building libfragprobe.so / fragprobe failed");
-    });
+    BUILT.get_or_init(|| cargo_build(&["fragprobe-probe", "fragprobe-viewer"]));
 }
 
-/// The built probe.
+/// The built probe (only the probe is built: benchmarks need no CLI).
 pub fn probe_library() -> PathBuf {
-    ensure_fragprobe_built();
+    static BUILT: OnceLock<()> = OnceLock::new();
+    BUILT.get_or_init(|| cargo_build(&["fragprobe-probe"]));
     artifact_dir().join("libfragprobe.so")
 }
 
@@ -45,8 +52,17 @@ pub fn probe_library() -> PathBuf {
 pub fn fragprobe() -> Command {
     ensure_fragprobe_built();
     let mut cmd = Command::new(artifact_dir().join("fragprobe"));
-    cmd.env(ENV_STATE, fresh_state_path()).env("NO_COLOR", "1").env("NO_PROGRESS", "1");
-    for k in ["FRAGPROBE_SIM_FAIL_NTH", "FRAGPROBE_SIM_FAIL_ABOVE", "FRAGPROBE_SIM_LATENCY_NS", "FRAGPROBE_DISABLE", "DISPLAY", "WAYLAND_DISPLAY"] {
+    cmd.env(ENV_STATE, fresh_state_path())
+        .env("NO_COLOR", "1")
+        .env("NO_PROGRESS", "1");
+    for k in [
+        "FRAGPROBE_SIM_FAIL_NTH",
+        "FRAGPROBE_SIM_FAIL_ABOVE",
+        "FRAGPROBE_SIM_LATENCY_NS",
+        "FRAGPROBE_DISABLE",
+        "DISPLAY",
+        "WAYLAND_DISPLAY",
+    ] {
         cmd.env_remove(k);
     }
     cmd
@@ -57,7 +73,11 @@ pub fn out_path(name: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
     let dir = artifact_dir().join("test-out");
     std::fs::create_dir_all(&dir).expect("test output directory");
-    dir.join(format!("{}-{}-{name}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)))
+    dir.join(format!(
+        "{}-{}-{name}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ))
 }
 
 /// What a scenario printed and what the probe recorded of it.
@@ -73,7 +93,12 @@ pub struct Recorded {
 }
 
 /// Runs `fragprobe record --simulated-gpu[=spec] -o TRACE -- scenario args…`.
-pub fn record_scenario(name: &str, args: &[&str], spec: Option<&str>, env: &[(&str, &str)]) -> Recorded {
+pub fn record_scenario(
+    name: &str,
+    args: &[&str],
+    spec: Option<&str>,
+    env: &[(&str, &str)],
+) -> Recorded {
     let prog = build_scenario(name);
     let trace = out_path(&format!("{name}.fpt"));
     let mut cmd = fragprobe();
@@ -89,7 +114,12 @@ pub fn record_scenario(name: &str, args: &[&str], spec: Option<&str>, env: &[(&s
     let output = cmd.output().expect("run fragprobe record");
     let stdout = String::from_utf8_lossy(&output.stdout);
     let records = read_trace(&trace);
-    Recorded { lines: parse_lines(&stdout), records, trace, output }
+    Recorded {
+        lines: parse_lines(&stdout),
+        records,
+        trace,
+        output,
+    }
 }
 
 /// Every record of a trace file (panics with the error when it does not open).
@@ -100,7 +130,10 @@ pub fn read_trace(path: &Path) -> Vec<Record> {
 
 /// The scenario op a record corresponds to (`None` for records no program call made).
 pub fn op_of(r: &Record) -> Option<&'static str> {
-    if matches!(r.api(), Some(Api::Probe | Api::Consumer | Api::Synthetic) | None) {
+    if matches!(
+        r.api(),
+        Some(Api::Probe | Api::Consumer | Api::Synthetic) | None
+    ) {
         return None;
     }
     Some(match r.kind()? {
@@ -129,7 +162,15 @@ pub fn keys_of_lines(lines: &[ScenarioLine]) -> Vec<Key> {
         .iter()
         .map(|l| {
             // The device of a failed call may be unknowable (no context): compare it on successes.
-            let dev = if matches!(l.op.as_str(), "alloc" | "managed" | "async_alloc" | "create") && l.res == 0 { l.dev } else { -2 };
+            let dev = if matches!(
+                l.op.as_str(),
+                "alloc" | "managed" | "async_alloc" | "create"
+            ) && l.res == 0
+            {
+                l.dev
+            } else {
+                -2
+            };
             let addr = if l.op == "meminfo" { 0 } else { l.addr };
             (l.pid, l.op.clone(), l.api.clone(), addr, l.res, dev)
         })
@@ -144,9 +185,21 @@ pub fn keys_of_records(records: &[Record]) -> Vec<Key> {
         .iter()
         .filter_map(|r| {
             let op = op_of(r)?;
-            let dev = if matches!(op, "alloc" | "managed" | "async_alloc" | "create") && r.result == 0 { r.device as i32 } else { -2 };
+            let dev =
+                if matches!(op, "alloc" | "managed" | "async_alloc" | "create") && r.result == 0 {
+                    r.device as i32
+                } else {
+                    -2
+                };
             let addr = if op == "meminfo" { 0 } else { r.addr };
-            Some((r.pid, op.to_string(), r.api()?.name().to_string(), addr, r.result as i32, dev))
+            Some((
+                r.pid,
+                op.to_string(),
+                r.api()?.name().to_string(),
+                addr,
+                r.result as i32,
+                dev,
+            ))
         })
         .collect();
     v.sort();
