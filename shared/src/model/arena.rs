@@ -4,12 +4,12 @@
 //! Each region stores `gap_after`, the free bytes from its end to the next region's start
 //! (for the last region: to the arena's end); the bytes before the first region are `head`.
 //! Inserting into a gap needs only the region before it; removing needs only the region
-//! before it. Non-zero gaps are kept in a `BTreeMap<size, count>` so the largest free block
-//! is its last key.
+//! before it. Non-zero gaps are kept in a max-heap with lazy deletion ([`Gaps`]) whose top
+//! is the largest free block.
 
-use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 
+use super::gaps::Gaps;
 use super::metrics::ArenaFigures;
 use super::region::Region;
 
@@ -32,8 +32,7 @@ pub(crate) enum Insert {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Arena {
     pub(crate) regions: BTreeMap<u64, Region>,
-    gaps: BTreeMap<u64, u32>,
-    free_blocks: u64,
+    gaps: Gaps,
     seen: bool,
     base: u64,
     high: u64,
@@ -42,28 +41,6 @@ pub(crate) struct Arena {
     first: u64,
     last: u64,
     live: u64,
-}
-
-#[inline]
-fn add_gap(gaps: &mut BTreeMap<u64, u32>, blocks: &mut u64, g: u64) {
-    if g > 0 {
-        *gaps.entry(g).or_insert(0) += 1;
-        *blocks += 1;
-    }
-}
-
-#[inline]
-fn del_gap(gaps: &mut BTreeMap<u64, u32>, blocks: &mut u64, g: u64) {
-    if g > 0 {
-        if let Entry::Occupied(mut o) = gaps.entry(g) {
-            if *o.get() <= 1 {
-                o.remove();
-            } else {
-                *o.get_mut() -= 1;
-            }
-            *blocks -= 1;
-        }
-    }
 }
 
 impl Arena {
@@ -90,8 +67,8 @@ impl Arena {
             end,
             live: self.live,
             regions: self.regions.len() as u64,
-            free_blocks: self.free_blocks,
-            largest_free: self.gaps.last_key_value().map_or(0, |(k, _)| *k),
+            free_blocks: self.gaps.count(),
+            largest_free: self.gaps.largest(),
             total_free: end - self.base - self.live,
         })
     }
@@ -115,23 +92,23 @@ impl Arena {
 
     /// Moves the arena's bounds; only the head gap and the last region's gap change.
     fn rebound(&mut self, base: u64, high: u64, cap: u64) {
-        del_gap(&mut self.gaps, &mut self.free_blocks, self.head);
+        self.gaps.del(self.head);
         let end = base.saturating_add(cap).max(high);
         if self.regions.is_empty() {
             self.head = end - base;
         } else {
             if let Some(l) = self.regions.get_mut(&self.last) {
-                del_gap(&mut self.gaps, &mut self.free_blocks, l.gap_after);
+                self.gaps.del(l.gap_after);
                 // last + size ≤ high ≤ end: `high` is the highest end ever seen.
                 l.gap_after = end - (self.last + l.size);
-                add_gap(&mut self.gaps, &mut self.free_blocks, l.gap_after);
+                self.gaps.add(l.gap_after);
             }
             self.head = self.first - base;
         }
         self.base = base;
         self.high = high;
         self.capacity = cap;
-        add_gap(&mut self.gaps, &mut self.free_blocks, self.head);
+        self.gaps.add(self.head);
     }
 
     /// Adds a region at `a` (`r.size > 0`, `a + r.size` must not overflow: the caller clamps).
@@ -142,13 +119,20 @@ impl Arena {
             self.base = a;
             self.high = e;
             self.head = self.end() - a;
-            add_gap(&mut self.gaps, &mut self.free_blocks, self.head);
+            self.gaps.add(self.head);
         } else if a < self.base || e > self.high {
             if self.regions.get(&a).is_some_and(|x| x.seq == r.seq) {
                 return Insert::Duplicate;
             }
             self.rebound(self.base.min(a), self.high.max(e), self.capacity);
         }
+        let out = self.try_insert_or_replace(a, e, r);
+        self.tidy();
+        out
+    }
+
+    #[inline]
+    fn try_insert_or_replace(&mut self, a: u64, e: u64, r: Region) -> Insert {
         match self.try_insert(a, r) {
             Ok(true) => Insert::Inserted,
             Ok(false) => Insert::Duplicate,
@@ -157,7 +141,7 @@ impl Arena {
                 let double = starts.contains(&a);
                 let mut removed = Vec::with_capacity(starts.len());
                 for s in starts {
-                    if let Some(x) = self.remove(s) {
+                    if let Some(x) = self.remove_inner(s) {
                         removed.push((s, x));
                     }
                 }
@@ -192,9 +176,9 @@ impl Arena {
                 let g = pr.gap_after;
                 pr.gap_after = a - pend;
                 r.gap_after = next - e;
-                del_gap(&mut self.gaps, &mut self.free_blocks, g);
-                add_gap(&mut self.gaps, &mut self.free_blocks, pr.gap_after);
-                add_gap(&mut self.gaps, &mut self.free_blocks, r.gap_after);
+                self.gaps.del(g);
+                self.gaps.add(pr.gap_after);
+                self.gaps.add(r.gap_after);
                 if ps == last {
                     self.last = a;
                 }
@@ -211,9 +195,9 @@ impl Arena {
                 let g = self.head;
                 self.head = a - self.base;
                 r.gap_after = next - e;
-                del_gap(&mut self.gaps, &mut self.free_blocks, g);
-                add_gap(&mut self.gaps, &mut self.free_blocks, self.head);
-                add_gap(&mut self.gaps, &mut self.free_blocks, r.gap_after);
+                self.gaps.del(g);
+                self.gaps.add(self.head);
+                self.gaps.add(r.gap_after);
                 self.first = a;
                 if !nonempty {
                     self.last = a;
@@ -237,28 +221,50 @@ impl Arena {
         v
     }
 
+    /// Drops removed sizes from the gap heap once they outnumber the live ones.
+    #[inline]
+    fn tidy(&mut self) {
+        if self.gaps.needs_rebuild() {
+            self.rebuild_gaps();
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn rebuild_gaps(&mut self) {
+        let live = std::iter::once(self.head).chain(self.regions.values().map(|r| r.gap_after));
+        self.gaps.rebuild(live);
+    }
+
     /// Removes the region starting exactly at `a`.
     #[inline]
     pub(crate) fn remove(&mut self, a: u64) -> Option<Region> {
+        let r = self.remove_inner(a)?;
+        self.tidy();
+        Some(r)
+    }
+
+    #[inline]
+    fn remove_inner(&mut self, a: u64) -> Option<Region> {
         let r = self.regions.remove(&a)?;
         self.live -= r.size;
         // a + size + gap_after ≤ end, so this cannot overflow.
         let merged = r.size + r.gap_after;
         match self.regions.range_mut(..a).next_back() {
             Some((&ps, pr)) => {
-                del_gap(&mut self.gaps, &mut self.free_blocks, pr.gap_after);
-                del_gap(&mut self.gaps, &mut self.free_blocks, r.gap_after);
+                self.gaps.del(pr.gap_after);
+                self.gaps.del(r.gap_after);
                 pr.gap_after += merged;
-                add_gap(&mut self.gaps, &mut self.free_blocks, pr.gap_after);
+                self.gaps.add(pr.gap_after);
                 if a == self.last {
                     self.last = ps;
                 }
             }
             None => {
-                del_gap(&mut self.gaps, &mut self.free_blocks, self.head);
-                del_gap(&mut self.gaps, &mut self.free_blocks, r.gap_after);
+                self.gaps.del(self.head);
+                self.gaps.del(r.gap_after);
                 self.head += merged;
-                add_gap(&mut self.gaps, &mut self.free_blocks, self.head);
+                self.gaps.add(self.head);
                 if !self.regions.is_empty() {
                     self.first = a + merged;
                 }
@@ -271,11 +277,10 @@ impl Arena {
     pub(crate) fn clear(&mut self) -> BTreeMap<u64, Region> {
         let out = std::mem::take(&mut self.regions);
         self.gaps.clear();
-        self.free_blocks = 0;
         self.live = 0;
         if self.seen {
             self.head = self.end() - self.base;
-            add_gap(&mut self.gaps, &mut self.free_blocks, self.head);
+            self.gaps.add(self.head);
         }
         out
     }
@@ -324,7 +329,7 @@ impl Arena {
                     }
                 }
             }
-            add_gap(&mut a.gaps, &mut a.free_blocks, gap);
+            a.gaps.add(gap);
             r.gap_after = 0;
             a.live += r.size;
             cursor = addr + r.size;
@@ -341,7 +346,7 @@ impl Arena {
                 }
             }
         }
-        add_gap(&mut a.gaps, &mut a.free_blocks, tail);
+        a.gaps.add(tail);
         Ok(a)
     }
 }
@@ -427,7 +432,7 @@ mod tests {
         let b = Arena::from_parts(seen, base, high, 10_000, parts).unwrap();
         assert_eq!(a.figures(), b.figures());
         assert_eq!(a.regions, b.regions);
-        assert_eq!(a.gaps, b.gaps);
+        assert_eq!(a.gaps.sorted(), b.gaps.sorted());
         assert_eq!(a.head, b.head);
     }
 }

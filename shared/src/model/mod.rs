@@ -80,8 +80,9 @@
 //! # Cost
 //!
 //! Every event costs O(log n) in the live objects of its space: regions are kept in a
-//! `BTreeMap` by address, each with the free gap after it, and non-zero gaps in a
-//! `BTreeMap<size, count>` whose last key is the largest free block. Totals, peaks and
+//! `BTreeMap` by address, each with the free gap after it, and non-zero gaps in a max-heap
+//! with lazy deletion whose top is the largest free block (amortized: the heap is rebuilt
+//! from the regions, O(n), once removed gaps outnumber live ones). Totals, peaks and
 //! series points are updated in O(1) per touched space and device.
 //!
 //! # Anomalies and resyncs
@@ -106,6 +107,7 @@ mod anomalies;
 mod arena;
 mod checkpoint;
 mod device;
+mod gaps;
 mod hash;
 mod lifecycle;
 mod metrics;

@@ -26,25 +26,38 @@ pub struct Bucket {
 /// Default number of stored points per series.
 pub const DEFAULT_SERIES_CAP: usize = 16384;
 
-#[derive(Clone, Copy, Debug)]
-struct Pending {
+/// One stored point, or the one being filled.
+#[derive(Clone, Copy, Debug, Default)]
+struct Point {
     t: u64,
     min: f64,
     max: f64,
     last: f64,
-    n: u64,
+}
+
+impl Point {
+    #[inline]
+    fn bucket(self) -> Bucket {
+        Bucket {
+            t: self.t,
+            min: self.min,
+            max: self.max,
+            last: self.last,
+        }
+    }
 }
 
 /// A bounded time series of one metric.
 #[derive(Clone, Debug)]
 pub struct Series {
-    t: Vec<u64>,
-    min: Vec<f64>,
-    max: Vec<f64>,
-    last: Vec<f64>,
+    /// Stored points, in time order (one array: a push touches one cache line).
+    pts: Vec<Point>,
     cap: usize,
     stride: u64,
-    pending: Option<Pending>,
+    /// The point being filled; meaningful only while `pending_n > 0`.
+    pending: Point,
+    /// Pushes folded into `pending` (0: none).
+    pending_n: u64,
     last_t: u64,
     last_v: Option<f64>,
 }
@@ -59,13 +72,11 @@ impl Series {
     /// An empty series keeping at most `cap` points (at least 2).
     pub fn new(cap: usize) -> Series {
         Series {
-            t: Vec::new(),
-            min: Vec::new(),
-            max: Vec::new(),
-            last: Vec::new(),
+            pts: Vec::new(),
             cap: cap.max(2),
             stride: 1,
-            pending: None,
+            pending: Point::default(),
+            pending_n: 0,
             last_t: 0,
             last_v: None,
         }
@@ -77,24 +88,21 @@ impl Series {
         let t = t.max(self.last_t);
         self.last_t = t;
         self.last_v = Some(v);
-        match &mut self.pending {
-            Some(p) => {
-                p.min = p.min.min(v);
-                p.max = p.max.max(v);
-                p.last = v;
-                p.n += 1;
-            }
-            None => {
-                self.pending = Some(Pending {
-                    t,
-                    min: v,
-                    max: v,
-                    last: v,
-                    n: 1,
-                });
-            }
+        if self.pending_n == 0 {
+            self.pending = Point {
+                t,
+                min: v,
+                max: v,
+                last: v,
+            };
+        } else {
+            let p = &mut self.pending;
+            p.min = p.min.min(v);
+            p.max = p.max.max(v);
+            p.last = v;
         }
-        if self.pending.is_some_and(|p| p.n >= self.stride) {
+        self.pending_n += 1;
+        if self.pending_n >= self.stride {
             self.flush();
         }
     }
@@ -107,42 +115,40 @@ impl Series {
         }
     }
 
+    #[inline]
     fn flush(&mut self) {
-        if let Some(p) = self.pending.take() {
-            self.t.push(p.t);
-            self.min.push(p.min);
-            self.max.push(p.max);
-            self.last.push(p.last);
-            if self.t.len() >= self.cap {
-                self.compact();
-            }
+        self.pending_n = 0;
+        self.pts.push(self.pending);
+        if self.pts.len() >= self.cap {
+            self.compact();
         }
     }
 
     /// Merges neighbouring points pairwise; each point now covers twice as many pushes.
+    #[cold]
     fn compact(&mut self) {
-        let n = self.t.len();
+        let n = self.pts.len();
         let mut w = 0;
         let mut i = 0;
         while i < n {
             let j = (i + 1).min(n - 1);
-            self.t[w] = self.t[i];
-            self.min[w] = self.min[i].min(self.min[j]);
-            self.max[w] = self.max[i].max(self.max[j]);
-            self.last[w] = self.last[j];
+            let (a, b) = (self.pts[i], self.pts[j]);
+            self.pts[w] = Point {
+                t: a.t,
+                min: a.min.min(b.min),
+                max: a.max.max(b.max),
+                last: b.last,
+            };
             w += 1;
             i += 2;
         }
-        self.t.truncate(w);
-        self.min.truncate(w);
-        self.max.truncate(w);
-        self.last.truncate(w);
+        self.pts.truncate(w);
         self.stride = self.stride.saturating_mul(2);
     }
 
     /// Number of points (stored plus the one being filled).
     pub fn len(&self) -> usize {
-        self.t.len() + usize::from(self.pending.is_some())
+        self.pts.len() + usize::from(self.pending_n > 0)
     }
 
     /// Whether nothing was pushed.
@@ -162,7 +168,10 @@ impl Series {
 
     /// Time of the first point.
     pub fn first_t(&self) -> Option<u64> {
-        self.t.first().copied().or(self.pending.map(|p| p.t))
+        match self.pts.first() {
+            Some(p) => Some(p.t),
+            None => (self.pending_n > 0).then_some(self.pending.t),
+        }
     }
 
     /// Time of the last point.
@@ -181,27 +190,10 @@ impl Series {
     }
 
     fn point(&self, i: usize) -> Bucket {
-        if i < self.t.len() {
-            Bucket {
-                t: self.t[i],
-                min: self.min[i],
-                max: self.max[i],
-                last: self.last[i],
-            }
-        } else {
-            let p = self.pending.unwrap_or(Pending {
-                t: 0,
-                min: 0.0,
-                max: 0.0,
-                last: 0.0,
-                n: 0,
-            });
-            Bucket {
-                t: p.t,
-                min: p.min,
-                max: p.max,
-                last: p.last,
-            }
+        match self.pts.get(i) {
+            Some(p) => p.bucket(),
+            None if self.pending_n > 0 => self.pending.bucket(),
+            None => Point::default().bucket(),
         }
     }
 
@@ -218,8 +210,8 @@ impl Series {
         let width = span.div_ceil(buckets as u64).max(1);
         let n = span.div_ceil(width);
         let total = self.len();
-        let mut i = self.t.partition_point(|&t| t < t0);
-        if i == self.t.len() && self.pending.is_some_and(|p| p.t < t0) {
+        let mut i = self.pts.partition_point(|p| p.t < t0);
+        if i == self.pts.len() && self.pending_n > 0 && self.pending.t < t0 {
             i = total;
         }
         let mut carry = if i > 0 {
