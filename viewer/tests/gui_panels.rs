@@ -364,3 +364,50 @@ fn live_feed_shows_nvml_unavailable_and_ring_drops() {
     assert!(run.wait_loaded(WAIT));
     run.stop();
 }
+
+#[test]
+fn two_processes_get_a_tab_each_or_merged_device_figures() {
+    let dir = temp_dir("two");
+    let mut a = Synth::new(201, None);
+    a.alloc(BASE, 64 * MIB);
+    let mut b = Synth::new(202, None);
+    b.alloc(BASE, 16 * MIB);
+    b.alloc(BASE + 32 * MIB, 16 * MIB);
+    let mut both = Synth::new(201, None);
+    both.records = a.records.iter().chain(b.records.iter()).copied().collect();
+    both.records.sort_by_key(|r| r.ts_ns);
+    both.metas = a.metas.iter().chain(b.metas.iter()).cloned().collect();
+    let run = loaded_run(&both, &dir, "two.fpt", 0);
+    let mut h = harness(viewer_over(vec![run]));
+    settle(&mut h);
+    // The busiest process first.
+    assert_eq!(value_of(&h, "live bytes"), human_bytes(64 * MIB));
+    h.get_by_label("pid 202 · GPU 0").click();
+    h.run_steps(2);
+    assert_eq!(value_of(&h, "live bytes"), human_bytes(32 * MIB));
+    assert_eq!(value_of(&h, "live count"), "2");
+    h.state_mut().options.merge_processes = true;
+    h.run_steps(2);
+    assert_eq!(value_of(&h, "live bytes"), human_bytes(96 * MIB));
+    assert_eq!(value_of(&h, "live count"), "3");
+}
+
+#[test]
+fn the_window_builds_the_map_off_the_ui_thread() {
+    let dir = temp_dir("bg");
+    let run = loaded_run(&fragmented(111, None), &dir, "bg.fpt", 0);
+    let mut v = viewer_over(vec![run]);
+    v.background = true;
+    let mut h = harness(v);
+    let mut drawn = 0;
+    for _ in 0..400 {
+        h.run_steps(1);
+        drawn = h.state().map.regions_drawn;
+        if drawn > 0 && h.query_by_label("address map").is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The 32 allocations live before the exit, built by the "fragprobe-map" thread.
+    assert_eq!(drawn, 32);
+}

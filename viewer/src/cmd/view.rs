@@ -304,8 +304,9 @@ fn window(
         persist_window: true,
         ..eframe::NativeOptions::default()
     };
+    // The app name keys the remembered options and window layout: one for every trace.
     let result = eframe::run_native(
-        &title,
+        "fragprobe",
         native,
         Box::new(move |cc| {
             let mut a = App::new(cc, runs, nvml, tab.map(|t| t.0));

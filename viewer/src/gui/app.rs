@@ -11,7 +11,7 @@ use egui::{Color32, RichText, Ui};
 
 use super::help::{self, Command};
 use super::options::{Options, Tab, STORAGE_KEY};
-use super::{compare, events, figures, map, processes, replay, timeline};
+use super::{compare, events, figures, lod, map, processes, replay, timeline};
 use crate::pipeline::log::EventLog as _;
 use crate::pipeline::nvml::{self, Sampler};
 use crate::pipeline::space::{SpaceInfo, SpaceKey};
@@ -28,6 +28,20 @@ const ERROR: Color32 = Color32::from_rgb(239, 83, 80);
 struct SpacesCache {
     key: (usize, bool, u64),
     spaces: Vec<SpaceInfo>,
+}
+
+/// Runs `f` on the run's cursor model (`cursor`) or head model, under its read lock.
+fn with_model<R>(
+    run: &Run,
+    cursor: bool,
+    f: impl FnOnce(&fragprobe_shared::model::Model) -> R,
+) -> Option<R> {
+    if cursor {
+        let c = run.cursor();
+        c.as_ref().map(|c| f(&c.model))
+    } else {
+        Some(f(&run.head().model))
+    }
 }
 
 /// Keeps a generation from changing more often than [`REFRESH`].
@@ -79,9 +93,14 @@ pub struct Viewer {
     pub status: Option<String>,
     /// Put the cursor just before the first process exit once a finished trace is loaded.
     pub auto_cursor: bool,
+    /// Build the map's cells and the space list on background threads (the window does;
+    /// tests and screenshots build them in the frame, deterministically).
+    pub background: bool,
     open_dialog: Option<OpenDialog>,
     live_baselines: HashMap<u32, u64>,
     spaces_cache: Option<SpacesCache>,
+    spaces_worker: Option<lod::Worker<(usize, bool, u64), Vec<SpaceInfo>>>,
+    spaces_pending: Option<(usize, bool, u64)>,
     map_gen: Throttle,
     spaces_gen: Throttle,
 }
@@ -103,9 +122,12 @@ impl Viewer {
             nvml,
             status: None,
             auto_cursor: true,
+            background: false,
             open_dialog: None,
             live_baselines: HashMap::new(),
             spaces_cache: None,
+            spaces_worker: None,
+            spaces_pending: None,
             map_gen: Throttle::default(),
             spaces_gen: Throttle::default(),
         }
@@ -422,7 +444,7 @@ impl Viewer {
                 ui.checkbox(&mut self.options.timeline.show_ratio, "Fragmentation plot");
                 ui.checkbox(
                     &mut self.options.merge_processes,
-                    "Several processes: merged per device",
+                    "Figures and timeline: whole device (every process)",
                 );
             });
             if ui.button("Help (F1)").clicked() {
@@ -623,8 +645,18 @@ impl Viewer {
             ),
             None => format!("{space} · latest"),
         };
+        let when = if self.options.merge_processes {
+            format!(
+                "GPU {} (every process) · {}",
+                space.device,
+                when.split(" · ").last().unwrap_or("")
+            )
+        } else {
+            when
+        };
         ui.label(when);
-        let f = view::figures(model, &head, space, nv, base);
+        let merged = self.options.merge_processes;
+        let f = view::figures(model, &head, space, merged, nv, base);
         figures::ui(ui, &f);
     }
 
@@ -641,11 +673,26 @@ impl Viewer {
         let now = Instant::now();
         let sgen = self.spaces_gen.get(gen, now);
         let key = (run.id, which, sgen);
-        if self
-            .spaces_cache
-            .as_ref()
-            .is_none_or(|c| c.key.0 != key.0 || c.key.1 != key.1 || c.key.2 != key.2)
-        {
+        let stale = self.spaces_cache.as_ref().is_none_or(|c| c.key != key);
+        if stale && self.background {
+            // Off the UI thread: finding the largest free block walks every gap.
+            if self.spaces_worker.is_none() {
+                self.spaces_worker = lod::Worker::start("fragprobe-spaces", ui.ctx().clone()).ok();
+            }
+            if let Some(w) = &self.spaces_worker {
+                if self.spaces_pending != Some(key) {
+                    let r = run.clone();
+                    w.post(
+                        key,
+                        Box::new(move || with_model(&r, which, view::spaces).unwrap_or_default()),
+                    );
+                    self.spaces_pending = Some(key);
+                }
+                if let Some((k, spaces)) = w.take() {
+                    self.spaces_cache = Some(SpacesCache { key: k, spaces });
+                }
+            }
+        } else if stale {
             self.spaces_cache = Some(SpacesCache {
                 key,
                 spaces: view::spaces(model),
@@ -663,11 +710,18 @@ impl Viewer {
             log: Some(&log),
         };
         let mgen = self.map_gen.get(gen, now) ^ ((which as u64) << 63);
+        let make = |space: SpaceKey, lo: u64, hi: u64| -> lod::Job {
+            let r = run.clone();
+            Box::new(move |f| {
+                with_model(&r, which, |m| view::visit(m, space, lo, hi, f));
+            })
+        };
         let input = map::Input {
             source: &source,
             generation: mgen,
             age_range: (head.t_first, model.now().ts_ns.max(head.t_first + 1)),
             t0: head.t_first,
+            background: if self.background { Some(&make) } else { None },
         };
         map::ui(ui, &mut self.options.map, &mut self.map, &input, height);
     }
@@ -683,7 +737,7 @@ impl Viewer {
                 return;
             };
             let width = ui.available_width().max(64.0) as usize;
-            let mut input = view::timeline(&head, space, width);
+            let mut input = view::timeline(&head, space, self.options.merge_processes, width);
             self.add_live_nvml(&mut input, &head, space);
             (input, head.t_first)
         };
@@ -939,9 +993,9 @@ impl App {
         if runs.len() > 1 && tab.is_none() {
             options.tab = Tab::Compare;
         }
-        App {
-            viewer: Viewer::new(runs, options, nvml),
-        }
+        let mut viewer = Viewer::new(runs, options, nvml);
+        viewer.background = true;
+        App { viewer }
     }
 }
 

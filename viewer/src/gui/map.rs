@@ -5,12 +5,17 @@
 use egui::{pos2, vec2, Color32, Mesh, Rect, Sense, Shape, Stroke, StrokeKind, Ui};
 
 use super::cells::{kind_colour, ramp, Cells, ColourBy, FREE};
+use super::lod;
 use crate::pipeline::space::{
-    human_bytes, human_time, RegionDetail, RegionKind, RegionSource, SpaceInfo, SpaceKey,
+    human_bytes, human_time, RegionDetail, RegionKind, RegionSource, RegionView, SpaceInfo,
+    SpaceKey,
 };
 
 /// Outline of the largest free block.
 pub const LARGEST_HOLE: Color32 = Color32::from_rgb(255, 235, 59);
+/// Up to this many spaces get one tab each; more get a drop-down list.
+pub const TAB_LIMIT: usize = 8;
+
 /// Outline of the pinned region.
 pub const PINNED: Color32 = Color32::WHITE;
 
@@ -47,11 +52,7 @@ struct CacheKey {
     age_range: (u64, u64),
 }
 
-struct Cache {
-    key: CacheKey,
-    cells: Cells,
-    colours: Vec<Color32>,
-}
+type Cache = lod::Built<CacheKey>;
 
 /// Per-window map state (not persisted: it refers to one trace's addresses).
 #[derive(Default)]
@@ -69,6 +70,8 @@ pub struct State {
     /// Regions aggregated for the last drawing (for the status line and tests).
     pub regions_drawn: u64,
     cache: Option<Cache>,
+    worker: Option<lod::Worker<CacheKey, Cache>>,
+    pending: Option<CacheKey>,
 }
 
 /// What the map reads this frame.
@@ -81,6 +84,9 @@ pub struct Input<'a> {
     pub age_range: (u64, u64),
     /// The run's first timestamp: times are shown relative to it.
     pub t0: u64,
+    /// When given, cells are built on a background thread from the job this makes for
+    /// (space, lo, hi); the map shows the last finished cells meanwhile.
+    pub background: Option<&'a dyn Fn(SpaceKey, u64, u64) -> lod::Job>,
 }
 
 impl State {
@@ -177,22 +183,49 @@ pub fn ui(ui: &mut Ui, opts: &mut Options, state: &mut State, input: &Input<'_>,
         age_range: input.age_range,
     };
     if state.cache.as_ref().is_none_or(|c| c.key != key) {
-        let mut cells = Cells::new(lo, hi, n);
-        input.source.visit(space.key, lo, hi, &mut |r| cells.add(r));
-        let colours = (0..n)
-            .map(|i| cells.colour(i, opts.colour, input.age_range))
-            .collect();
-        state.cache = Some(Cache {
-            key,
-            cells,
-            colours,
-        });
+        let req = lod::Request {
+            lo,
+            hi,
+            n,
+            colour: opts.colour,
+            age_range: input.age_range,
+        };
+        if input.background.is_some() && state.worker.is_none() {
+            state.worker = lod::Worker::start("fragprobe-map", ui.ctx().clone()).ok();
+        }
+        match (&state.worker, input.background) {
+            (Some(w), Some(make)) => {
+                if state.pending.as_ref() != Some(&key) {
+                    let job = make(space.key, lo, hi);
+                    let k = key.clone();
+                    w.post(key.clone(), Box::new(move || lod::build(k, &req, job)));
+                    state.pending = Some(key.clone());
+                }
+                if let Some((_, b)) = w.take() {
+                    state.cache = Some(b);
+                }
+            }
+            _ => {
+                let src = input.source;
+                let sk = space.key;
+                let job = move |f: &mut dyn FnMut(&RegionView)| src.visit(sk, lo, hi, f);
+                state.cache = Some(lod::build(key.clone(), &req, job));
+            }
+        }
     }
     let Some(cache) = state.cache.take() else {
+        ui.label("building the map...");
         return;
     };
-    state.regions_drawn = cache.cells.regions;
     let painter = ui.painter_at(rect);
+    if cache.colours.len() != n {
+        // The window was resized and the new cells are still being built.
+        painter.rect_filled(rect, 0.0, FREE);
+        state.cache = Some(cache);
+        ui.label("building the map...");
+        return;
+    }
+    state.regions_drawn = cache.cells.regions;
     painter.add(Shape::mesh(cells_mesh(
         rect,
         cols,
@@ -301,13 +334,26 @@ fn controls(
             space.key,
             state.segment.min(space.segments.len().saturating_sub(1)),
         );
-        egui::ComboBox::new("map-space", "space")
-            .selected_text(space.key.to_string())
-            .show_ui(ui, |ui| {
-                for s in spaces {
-                    ui.selectable_value(&mut sel, (s.key, 0), s.key.to_string());
+        if spaces.len() <= TAB_LIMIT {
+            // Few processes: one tab each.
+            for s in spaces {
+                if ui
+                    .selectable_label(s.key == space.key, s.key.to_string())
+                    .clicked()
+                    && s.key != space.key
+                {
+                    sel = (s.key, 0);
                 }
-            });
+            }
+        } else {
+            egui::ComboBox::new("map-space", "space")
+                .selected_text(space.key.to_string())
+                .show_ui(ui, |ui| {
+                    for s in spaces {
+                        ui.selectable_value(&mut sel, (s.key, 0), s.key.to_string());
+                    }
+                });
+        }
         if space.segments.len() > 1 {
             let name = space
                 .segments

@@ -7,6 +7,7 @@ pub mod compare;
 pub mod events;
 pub mod figures;
 pub mod help;
+pub mod lod;
 pub mod map;
 pub mod options;
 pub mod processes;

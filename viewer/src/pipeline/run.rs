@@ -143,9 +143,9 @@ impl Head {
             .or_else(|| ps.iter().find_map(|p| p.info().alloc_conf.clone()))
     }
 
-    fn apply(&mut self, r: &Record, meta: Option<&[u8]>) {
-        match meta.and_then(MetaEntry::parse) {
-            Some(e) => self.model.apply_with_meta(r, Some(&e)),
+    fn apply(&mut self, r: &Record, meta: Option<&MetaEntry<'_>>) {
+        match meta {
+            Some(e) => self.model.apply_with_meta(r, Some(e)),
             None => self.model.apply(r),
         }
         if r.ts_ns != 0 {
@@ -349,10 +349,33 @@ impl Run {
         }
         let mut h = self.head.write().unwrap_or_else(|p| p.into_inner());
         for (r, m) in batch {
-            h.apply(r, m.as_deref());
+            let e = m.as_deref().and_then(MetaEntry::parse);
+            h.apply(r, e.as_ref());
         }
         let applied = h.applied;
         drop(h);
+        self.batch_done(applied, ck);
+    }
+
+    /// Applies records read in place from a mapped trace (no copy), one lock per batch.
+    fn write_trace_records(&self, trace: &Trace, recs: &[Record], ck: &mut Checkpointing) {
+        for part in recs.chunks(BATCH) {
+            let mut h = self.head.write().unwrap_or_else(|p| p.into_inner());
+            for r in part {
+                let e = if r.meta != 0 {
+                    trace.meta(r.pid, r.meta)
+                } else {
+                    None
+                };
+                h.apply(r, e.as_ref());
+            }
+            let applied = h.applied;
+            drop(h);
+            self.batch_done(applied, ck);
+        }
+    }
+
+    fn batch_done(&self, applied: usize, ck: &mut Checkpointing) {
         self.progress.set_done(applied as u64);
         self.head_gen.fetch_add(1, Ordering::Release);
         ck.maybe(self, applied);
@@ -433,20 +456,12 @@ fn ingest_trace(run: &Run, path: &Path) -> Result<(), String> {
         }
     }
     let mut ck = Checkpointing::new();
-    let mut batch = Vec::with_capacity(BATCH);
     for chunk in trace.record_chunks() {
-        for r in chunk {
-            batch.push((*r, trace_meta(&trace, r)));
-            if batch.len() == BATCH {
-                run.write_batch(&batch, &mut ck);
-                batch.clear();
-                if run.stopped() {
-                    return Ok(());
-                }
-            }
+        run.write_trace_records(&trace, chunk, &mut ck);
+        if run.stopped() {
+            return Ok(());
         }
     }
-    run.write_batch(&batch, &mut ck);
     if growing {
         // Caught up with what is on disk: the window shows it; keep following.
         run.progress.finish();

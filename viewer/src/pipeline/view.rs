@@ -1,7 +1,9 @@
 //! Reading the model for the panels: plain values copied out under a brief read lock.
 
 use fragprobe_shared::format::Api;
-use fragprobe_shared::model::{self, Metric, Model, Series, SpaceId};
+use fragprobe_shared::model::{
+    self, ArenaFigures, Device, Metric, Model, Series, SeriesSet, SpaceId, Summary, Totals,
+};
 
 use super::crosscheck::CrossCheck;
 use super::log::EventLog;
@@ -129,19 +131,7 @@ impl RegionSource for ModelRegions<'_> {
     }
 
     fn visit(&self, space: SpaceKey, lo: u64, hi: u64, f: &mut dyn FnMut(&RegionView)) {
-        let Some(id) = self.model.space_id(space.pid, space.device) else {
-            return;
-        };
-        for r in self.model.regions_in(id, lo, hi) {
-            if let Some(kind) = kind_of(r.kind) {
-                f(&RegionView {
-                    addr: r.addr,
-                    size: r.size,
-                    kind,
-                    ts_ns: r.ts_ns,
-                });
-            }
-        }
+        visit(self.model, space, lo, hi, f);
     }
 
     fn detail(&self, space: SpaceKey, addr: u64) -> Option<RegionDetail> {
@@ -172,6 +162,23 @@ impl RegionSource for ModelRegions<'_> {
     }
 }
 
+/// Calls `f` for each drawable region of `space` overlapping `[lo, hi)`, by address.
+pub fn visit(m: &Model, space: SpaceKey, lo: u64, hi: u64, f: &mut dyn FnMut(&RegionView)) {
+    let Some(id) = m.space_id(space.pid, space.device) else {
+        return;
+    };
+    for r in m.regions_in(id, lo, hi) {
+        if let Some(kind) = kind_of(r.kind) {
+            f(&RegionView {
+                addr: r.addr,
+                size: r.size,
+                kind,
+                ts_ns: r.ts_ns,
+            });
+        }
+    }
+}
+
 /// The thread of the record `(pid, seq)` recorded at `ts_ns`.
 fn tid_of(log: &dyn EventLog, pid: u32, seq: u64, ts_ns: u64) -> Option<u32> {
     let first = log.partition_by_time(ts_ns.saturating_sub(1));
@@ -199,10 +206,45 @@ pub struct NvmlFigures {
 }
 
 /// The figures of one space of `m` (head or cursor model).
+/// What figures and timelines are about: one space, or (merged) the whole device it is on.
+struct Scoped<'a> {
+    totals: &'a Totals,
+    arena: Option<ArenaFigures>,
+    summary: &'a Summary,
+    series: &'a SeriesSet,
+    device: Option<&'a Device>,
+}
+
+fn scoped(m: &Model, space: SpaceKey, merged: bool) -> Option<Scoped<'_>> {
+    let sp = m
+        .space_id(space.pid, space.device)
+        .and_then(|id| m.space(id))?;
+    let device = m.device(sp.device());
+    Some(match (merged, device) {
+        (true, Some(d)) => Scoped {
+            totals: d.totals(),
+            arena: d.arena(),
+            summary: d.summary(),
+            series: d.series(),
+            device,
+        },
+        _ => Scoped {
+            totals: sp.totals(),
+            arena: sp.arena(),
+            summary: sp.summary(),
+            series: sp.series(),
+            device,
+        },
+    })
+}
+
+/// The figures of one space of `m` (head or cursor model); `merged`: of the whole device
+/// the space is on (every process), the NVML comparison then being device-wide.
 pub fn figures(
     m: &Model,
     head: &Head,
     space: SpaceKey,
+    merged: bool,
     nvml: Option<NvmlFigures>,
     live_baseline: Option<u64>,
 ) -> Figures {
@@ -214,28 +256,22 @@ pub fn figures(
         events: c.events,
         ..Figures::default()
     };
-    let Some(sp) = m
-        .space_id(space.pid, space.device)
-        .and_then(|id| m.space(id))
-    else {
+    let Some(sc) = scoped(m, space, merged) else {
         return f;
     };
-    let t = sp.totals();
+    let t = sc.totals;
     f.live_bytes = t.live_bytes;
     f.live_count = t.live_count;
-    f.peak_live = sp.summary().peak_live;
+    f.peak_live = sc.summary.peak_live;
     f.managed_bytes = t.managed_bytes;
     f.mapped_bytes = t.mapped_bytes;
     f.reserved_bytes = t.reserved_bytes;
-    if let Some(a) = sp.arena() {
+    if let Some(a) = sc.arena {
         f.largest_free = Some(a.largest_free);
         f.total_free = Some(a.total_free);
         f.frag_ratio = a.ratio();
     }
-    let samples = m
-        .device(sp.device())
-        .map(|d| *d.samples())
-        .unwrap_or_default();
+    let samples = sc.device.map(|d| *d.samples()).unwrap_or_default();
     let nvml = nvml.or_else(|| {
         let used = samples.nvml_used?;
         Some(NvmlFigures {
@@ -245,15 +281,17 @@ pub fn figures(
         })
     });
     let now = m.now().ts_ns;
+    let baseline = head
+        .baselines
+        .get(&(space.pid, space.device))
+        .filter(|b| b.ts_ns <= now)
+        .map(|b| b.bytes)
+        .or(live_baseline);
     f.crosscheck = nvml.map(|n| CrossCheck {
         tracked_live: t.live_bytes,
-        process_used: n.process_used,
-        baseline: head
-            .baselines
-            .get(&(space.pid, space.device))
-            .filter(|b| b.ts_ns <= now)
-            .map(|b| b.bytes)
-            .or(live_baseline),
+        // Merged: one process's NVML figure says nothing about the device's processes.
+        process_used: n.process_used.filter(|_| !merged),
+        baseline: baseline.filter(|_| !merged),
         device_used: n.device_used,
         device_total: n.device_total,
     });
@@ -280,7 +318,7 @@ fn curve(s: &Series, name: &str, colour: egui::Color32, t0: u64, t1: u64, n: usi
 
 /// The timeline of one space: bytes and ratio curves, NVML, failures. `buckets` is the
 /// plot's width in pixels.
-pub fn timeline(head: &Head, space: SpaceKey, buckets: usize) -> TimelineInput {
+pub fn timeline(head: &Head, space: SpaceKey, merged: bool, buckets: usize) -> TimelineInput {
     use egui::Color32 as C;
     let m = &head.model;
     let (t0, t1) = head.span();
@@ -288,16 +326,13 @@ pub fn timeline(head: &Head, space: SpaceKey, buckets: usize) -> TimelineInput {
         span: (0.0, (t1 - t0) as f64 / 1e9),
         ..TimelineInput::default()
     };
-    let Some(sp) = m
-        .space_id(space.pid, space.device)
-        .and_then(|id| m.space(id))
-    else {
+    let Some(sc) = scoped(m, space, merged) else {
         return input;
     };
-    let s = sp.series();
+    let s = sc.series;
     let n = buckets.max(16);
-    let t = sp.totals();
-    let summary = sp.summary();
+    let t = sc.totals;
+    let summary = sc.summary;
     input.bytes.push(curve(
         s.get(Metric::Live),
         "live bytes",
@@ -344,7 +379,7 @@ pub fn timeline(head: &Head, space: SpaceKey, buckets: usize) -> TimelineInput {
             n,
         ));
     }
-    if let Some(d) = m.device(sp.device()) {
+    if let Some(d) = sc.device {
         let nv = d.series().get(Metric::NvmlUsed);
         if !nv.is_empty() {
             input.bytes.push(curve(
@@ -366,7 +401,7 @@ pub fn timeline(head: &Head, space: SpaceKey, buckets: usize) -> TimelineInput {
     for fa in m
         .failed_allocs()
         .iter()
-        .filter(|f| f.pid == space.pid && f.ordinal == space.device)
+        .filter(|f| (merged || f.pid == space.pid) && f.ordinal == space.device)
     {
         input.markers.push(Marker {
             t: fa.ts_ns.saturating_sub(t0) as f64 / 1e9,
