@@ -213,6 +213,9 @@ pub fn sample(ring: &Ring, now: u64, force: bool) {
         unsafe { core::mem::transmute(p) };
     // SAFETY: valid out-parameters.
     if unsafe { f(&mut free, &mut total) } == 0 {
+        let dev = current();
+        // The device is described before anything refers to it.
+        describe(ring, dev);
         synthetic(
             ring,
             EventKind::MemGetInfo,
@@ -221,7 +224,7 @@ pub fn sample(ring: &Ring, now: u64, force: bool) {
                 aux: total as u64,
                 ..Seen::default()
             },
-            current(),
+            dev,
             0,
         );
     }

@@ -379,7 +379,6 @@ pub unsafe fn cuMemAddressReserve(
         |r| Seen {
             aux: align as u64,
             aux2: addr,
-            device: Some(fragprobe_shared::format::DEVICE_UNKNOWN),
             ..plain(out(r, ptr), size as u64)
         },
     )

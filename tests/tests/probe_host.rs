@@ -11,14 +11,17 @@ use fragprobe_shared::format::EventKind;
 use fragprobe_shared::live::resync_records;
 use fragprobe_shared::ring::{list_rings, RingFile};
 use fragprobe_tests::probe::{fragprobe, out_path, probe_library, read_trace};
-use fragprobe_tests::sim::{artifact_dir, build_scenario, is_child, sim_env_on, workspace_root, ENV_CHILD};
+use fragprobe_tests::sim::{
+    artifact_dir, build_scenario, is_child, sim_env_on, workspace_root, ENV_CHILD,
+};
 
 /// A scenario started directly under LD_PRELOAD (no `fragprobe` consumer), rings in `dir`.
 fn preloaded(scenario: &str, dir: &Path) -> Command {
     let mut cmd = Command::new(build_scenario(scenario));
     sim_env_on(&mut cmd, None);
     std::fs::create_dir_all(dir).unwrap();
-    cmd.env("LD_PRELOAD", probe_library()).env("FRAGPROBE_RING_DIR", dir);
+    cmd.env("LD_PRELOAD", probe_library())
+        .env("FRAGPROBE_RING_DIR", dir);
     cmd
 }
 
@@ -33,8 +36,16 @@ fn fresh_dir(name: &str) -> PathBuf {
 fn a_full_ring_drops_and_counts_and_never_blocks() {
     let dir = fresh_dir("full-ring");
     let t = std::time::Instant::now();
-    let out = preloaded("threads16", &dir).args(["2000", "--quiet"]).env("FRAGPROBE_RING_CAPACITY", "64").output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = preloaded("threads16", &dir)
+        .args(["2000", "--quiet"])
+        .env("FRAGPROBE_RING_CAPACITY", "64")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(t.elapsed().as_secs() < 60, "the host was not blocked");
     let rings = list_rings(&dir);
     assert_eq!(rings.len(), 1, "{rings:?}");
@@ -42,17 +53,31 @@ fn a_full_ring_drops_and_counts_and_never_blocks() {
     // Nobody drained: exactly the capacity was delivered, everything else was counted.
     assert_eq!(ring.tail(), 64);
     let calls = 16 * 2000 * 2;
-    assert!(ring.dropped() >= calls + 3 - 64, "dropped {} of at least {}", ring.dropped(), calls + 3);
+    assert!(
+        ring.dropped() >= calls + 3 - 64,
+        "dropped {} of at least {}",
+        ring.dropped(),
+        calls + 3
+    );
     // The live table is exact even though the ring overflowed: nothing is live at exit.
     assert_eq!(ring.live().totals(), (0, 0));
     let resync = resync_records(&ring);
-    assert!(resync.iter().all(|r| r.kind != EventKind::ResyncEntry as u16), "{resync:?}");
+    assert!(
+        resync
+            .iter()
+            .all(|r| r.kind != EventKind::ResyncEntry as u16),
+        "{resync:?}"
+    );
 }
 
 #[test]
 fn processes_that_never_use_cuda_get_no_ring_and_no_output() {
     let dir = fresh_dir("no-cuda");
-    for argv in [&["sh", "-c", "true"][..], &["cc", "--version"][..], &["ls", "/"][..]] {
+    for argv in [
+        &["sh", "-c", "true"][..],
+        &["cc", "--version"][..],
+        &["ls", "/"][..],
+    ] {
         let out = Command::new(argv[0])
             .args(&argv[1..])
             .env("LD_PRELOAD", probe_library())
@@ -60,7 +85,11 @@ fn processes_that_never_use_cuda_get_no_ring_and_no_output() {
             .output()
             .unwrap();
         assert!(out.status.success(), "{argv:?}");
-        assert!(String::from_utf8_lossy(&out.stderr).is_empty(), "{argv:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            String::from_utf8_lossy(&out.stderr).is_empty(),
+            "{argv:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "no ring files");
 }
@@ -68,9 +97,15 @@ fn processes_that_never_use_cuda_get_no_ring_and_no_output() {
 #[test]
 fn fragprobe_disable_turns_the_probe_off() {
     let dir = fresh_dir("disabled");
-    let out = preloaded("door_link", &dir).env("FRAGPROBE_DISABLE", "1").output().unwrap();
+    let out = preloaded("door_link", &dir)
+        .env("FRAGPROBE_DISABLE", "1")
+        .output()
+        .unwrap();
     assert!(out.status.success());
-    assert!(String::from_utf8_lossy(&out.stdout).contains("op=alloc"), "the program still works");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("op=alloc"),
+        "the program still works"
+    );
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "no ring files");
 }
 
@@ -106,8 +141,16 @@ fn attach_late_gets_an_exact_map_even_after_drops() {
     drop(child.stdin.take()); // let the process finish
     assert!(child.wait().unwrap().success());
     let out = attach.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report = fragprobe().args(["report", "--json"]).arg(&trace).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = fragprobe()
+        .args(["report", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
     // 64 MiB plain + 16 MiB async + 2 MiB VMM handle, never freed.
     assert_eq!(v["leaks"]["bytes"], (64u64 + 16 + 2) << 20, "{v:#}");
@@ -132,10 +175,15 @@ fn getproc_door_answers_every_real_cudart_request_like_the_driver() {
         sim_env_on(&mut cmd, None);
         cmd.arg(&list);
         if probe {
-            cmd.env("LD_PRELOAD", probe_library()).env("FRAGPROBE_RING_DIR", fresh_dir("getproc"));
+            cmd.env("LD_PRELOAD", probe_library())
+                .env("FRAGPROBE_RING_DIR", fresh_dir("getproc"));
         }
         let out = cmd.output().unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8(out.stdout).unwrap()
     };
     let plain = run(false);
@@ -145,10 +193,26 @@ fn getproc_door_answers_every_real_cudart_request_like_the_driver() {
     assert_eq!(plain.len(), 419, "every request answered");
     assert_eq!(plain.len(), probed.len());
     let hooked_bases = [
-        "cuMemAlloc", "cuMemAllocPitch", "cuMemFree", "cuMemGetInfo", "cuMemAllocManaged", "cuMemAllocAsync",
-        "cuMemAllocFromPoolAsync", "cuMemFreeAsync", "cuMemPoolTrimTo", "cuMemAddressReserve", "cuMemAddressFree",
-        "cuMemCreate", "cuMemRelease", "cuMemMap", "cuMemUnmap", "cuGetProcAddress", "cuIpcOpenMemHandle",
-        "cuIpcCloseMemHandle", "cuMemImportFromShareableHandle", "cuMemPoolImportPointer",
+        "cuMemAlloc",
+        "cuMemAllocPitch",
+        "cuMemFree",
+        "cuMemGetInfo",
+        "cuMemAllocManaged",
+        "cuMemAllocAsync",
+        "cuMemAllocFromPoolAsync",
+        "cuMemFreeAsync",
+        "cuMemPoolTrimTo",
+        "cuMemAddressReserve",
+        "cuMemAddressFree",
+        "cuMemCreate",
+        "cuMemRelease",
+        "cuMemMap",
+        "cuMemUnmap",
+        "cuGetProcAddress",
+        "cuIpcOpenMemHandle",
+        "cuIpcCloseMemHandle",
+        "cuMemImportFromShareableHandle",
+        "cuMemPoolImportPointer",
     ];
     let mut wrapped = 0;
     for (a, b) in plain.iter().zip(&probed) {
@@ -162,8 +226,20 @@ fn getproc_door_answers_every_real_cudart_request_like_the_driver() {
         assert!(a.ends_with("probe=0"));
         wrapped += usize::from(expect_hook);
     }
-    for must in ["cuMemAlloc 3020 0", "cuMemFree 3020 0", "cuMemAllocAsync 11020 2", "cuMemFreeAsync 11020 2", "cuGetProcAddress 12000 0", "cuGetProcAddress 11030 0"] {
-        assert!(probed.iter().any(|l| l.contains(&format!("GETPROC {must} ")) && l.ends_with("probe=1")), "{must} is wrapped");
+    for must in [
+        "cuMemAlloc 3020 0",
+        "cuMemFree 3020 0",
+        "cuMemAllocAsync 11020 2",
+        "cuMemFreeAsync 11020 2",
+        "cuGetProcAddress 12000 0",
+        "cuGetProcAddress 11030 0",
+    ] {
+        assert!(
+            probed
+                .iter()
+                .any(|l| l.contains(&format!("GETPROC {must} ")) && l.ends_with("probe=1")),
+            "{must} is wrapped"
+        );
     }
     assert!(wrapped >= 18, "{wrapped} wrapped");
 }
@@ -193,16 +269,30 @@ fn cudarc_through_the_dlsym_door_is_recorded() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    let ptr = stdout.lines().find_map(|l| l.find("CUDARC-PTR 0x").map(|i| &l[i + 13..])).expect("pointer line");
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ptr = stdout
+        .lines()
+        .find_map(|l| l.find("CUDARC-PTR 0x").map(|i| &l[i + 13..]))
+        .expect("pointer line");
     let ptr = u64::from_str_radix(ptr.trim(), 16).unwrap();
     let recs = read_trace(&trace);
     let alloc = recs
         .iter()
-        .find(|r| r.addr == ptr && matches!(r.kind(), Some(EventKind::Alloc | EventKind::AsyncAlloc)))
+        .find(|r| {
+            r.addr == ptr && matches!(r.kind(), Some(EventKind::Alloc | EventKind::AsyncAlloc))
+        })
         .expect("cudarc's allocation was recorded");
     assert_eq!(alloc.size, 3 << 20);
-    assert!(recs.iter().any(|r| r.addr == ptr && matches!(r.kind(), Some(EventKind::Free | EventKind::AsyncFree))), "and its free");
+    assert!(
+        recs.iter()
+            .any(|r| r.addr == ptr
+                && matches!(r.kind(), Some(EventKind::Free | EventKind::AsyncFree))),
+        "and its free"
+    );
 }
 
 #[test]
@@ -219,10 +309,21 @@ fn a_lossy_recording_stays_exact_through_resyncs() {
         .env("FRAGPROBE_RING_CAPACITY", "16")
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let report = fragprobe().args(["report", "--json"]).arg(&trace).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report = fragprobe()
+        .args(["report", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
     let v: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
-    assert!(v["events"]["dropped"].as_u64().unwrap() > 0, "the ring overflowed: {v:#}");
+    assert!(
+        v["events"]["dropped"].as_u64().unwrap() > 0,
+        "the ring overflowed: {v:#}"
+    );
     assert_eq!(v["events"]["anomalies"], 0, "{v:#}");
     assert_eq!(v["bytes"]["final_live"], 0, "{v:#}");
     assert_eq!(v["leaks"]["bytes"], 0, "{v:#}");

@@ -17,13 +17,28 @@ fn model_of(records: &[Record]) -> Model {
 /// Asserts the recorded calls equal the printed ones exactly (a multiset: nothing missing,
 /// nothing twice), sizes included for allocations.
 fn assert_same_calls(name: &str, rec: &Recorded) {
-    assert!(rec.output.status.success(), "{name}: fragprobe failed: {}", String::from_utf8_lossy(&rec.output.stderr));
-    assert!(!rec.lines.is_empty(), "{name}: the scenario printed no FPSCN line");
+    assert!(
+        rec.output.status.success(),
+        "{name}: fragprobe failed: {}",
+        String::from_utf8_lossy(&rec.output.stderr)
+    );
+    assert!(
+        !rec.lines.is_empty(),
+        "{name}: the scenario printed no FPSCN line"
+    );
     let printed = keys_of_lines(&rec.lines);
     let recorded = keys_of_records(&rec.records);
     if printed != recorded {
-        let missing: Vec<_> = printed.iter().filter(|k| !recorded.contains(k)).take(10).collect();
-        let extra: Vec<_> = recorded.iter().filter(|k| !printed.contains(k)).take(10).collect();
+        let missing: Vec<_> = printed
+            .iter()
+            .filter(|k| !recorded.contains(k))
+            .take(10)
+            .collect();
+        let extra: Vec<_> = recorded
+            .iter()
+            .filter(|k| !printed.contains(k))
+            .take(10)
+            .collect();
         panic!(
             "{name}: {} calls printed, {} recorded\nmissing: {missing:#?}\nextra: {extra:#?}",
             printed.len(),
@@ -33,7 +48,10 @@ fn assert_same_calls(name: &str, rec: &Recorded) {
     // Sizes of allocations: exact, except pitched ones (the record holds pitch × height).
     // Addresses are reused, so the n-th printed call at an address pairs with the n-th
     // recorded one (the records of one process are in seq order).
-    let mut by_addr: std::collections::HashMap<(u32, &str, u64), std::collections::VecDeque<&Record>> = Default::default();
+    let mut by_addr: std::collections::HashMap<
+        (u32, &str, u64),
+        std::collections::VecDeque<&Record>,
+    > = Default::default();
     let mut sorted: Vec<&Record> = rec.records.iter().collect();
     sorted.sort_by_key(|r| (r.pid, r.seq));
     for r in sorted {
@@ -42,29 +60,50 @@ fn assert_same_calls(name: &str, rec: &Recorded) {
         }
     }
     for l in &rec.lines {
-        let Some(queue) = by_addr.get_mut(&(l.pid, l.op.as_str(), if l.op == "meminfo" { 0 } else { l.addr })) else {
+        let Some(queue) = by_addr.get_mut(&(
+            l.pid,
+            l.op.as_str(),
+            if l.op == "meminfo" { 0 } else { l.addr },
+        )) else {
             continue;
         };
         let Some(r) = queue.pop_front() else { continue };
-        if !matches!(l.op.as_str(), "alloc" | "managed" | "async_alloc" | "create" | "reserve" | "map") || l.res != 0 {
+        if !matches!(
+            l.op.as_str(),
+            "alloc" | "managed" | "async_alloc" | "create" | "reserve" | "map"
+        ) || l.res != 0
+        {
             continue;
         }
         if r.flags & Flags::PITCH != 0 {
             assert_eq!(r.aux, l.aux, "{name}: pitch of {l:?}");
-            assert!(r.size >= l.size, "{name}: pitched size {} < asked {}", r.size, l.size);
+            assert!(
+                r.size >= l.size,
+                "{name}: pitched size {} < asked {}",
+                r.size,
+                l.size
+            );
         } else {
             assert_eq!(r.size, l.size, "{name}: size of {l:?}");
         }
     }
     let m = model_of(&rec.records);
-    assert_eq!(m.anomalies().total(), 0, "{name}: anomalies {:?}", m.anomalies().nonzero().collect::<Vec<_>>());
+    assert_eq!(
+        m.anomalies().total(),
+        0,
+        "{name}: anomalies {:?}",
+        m.anomalies().nonzero().collect::<Vec<_>>()
+    );
 }
 
 #[test]
 fn door_link_exported_symbols_including_legacy_names() {
     let rec = record_scenario("door_link", &[], None, &[]);
     assert_same_calls("door_link", &rec);
-    assert!(rec.lines.iter().any(|l| l.api == "cuMemAlloc"), "the legacy name is exercised");
+    assert!(
+        rec.lines.iter().any(|l| l.api == "cuMemAlloc"),
+        "the legacy name is exercised"
+    );
 }
 
 #[test]
@@ -76,7 +115,10 @@ fn door_dlsym() {
 fn door_getproc_flags_0_and_2_and_the_4_argument_form() {
     let rec = record_scenario("door_getproc", &[], None, &[]);
     assert_same_calls("door_getproc", &rec);
-    assert!(rec.lines.iter().any(|l| l.api.ends_with("_ptsz")), "per-thread-stream variants are exercised");
+    assert!(
+        rec.lines.iter().any(|l| l.api.ends_with("_ptsz")),
+        "per-thread-stream variants are exercised"
+    );
 }
 
 #[test]
@@ -84,7 +126,13 @@ fn door_runtime_is_recorded_once_with_the_runtime_name() {
     let rec = record_scenario("door_runtime", &[], None, &[]);
     assert_same_calls("door_runtime", &rec);
     // cudaMalloc's nested cuMemAlloc_v2 must not appear a second time.
-    let mallocs = rec.records.iter().filter(|r| r.kind == EventKind::Alloc as u16 && r.api().map(|a| a.name()) == Some("cudaMalloc")).count();
+    let mallocs = rec
+        .records
+        .iter()
+        .filter(|r| {
+            r.kind == EventKind::Alloc as u16 && r.api().map(|a| a.name()) == Some("cudaMalloc")
+        })
+        .count();
     assert!(mallocs > 0);
 }
 
@@ -92,7 +140,10 @@ fn door_runtime_is_recorded_once_with_the_runtime_name() {
 fn torch_caching_pattern_with_flush_and_retry() {
     let rec = record_scenario("torch_caching", &[], Some("1x2GiB"), &[]);
     assert_same_calls("torch_caching", &rec);
-    assert!(rec.lines.iter().any(|l| l.res == 2), "the scenario ran into an OOM");
+    assert!(
+        rec.lines.iter().any(|l| l.res == 2),
+        "the scenario ran into an OOM"
+    );
 }
 
 #[test]
@@ -131,7 +182,9 @@ fn fork_child_is_its_own_process() {
     assert!(pids.len() >= 2, "parent and child both allocate");
     for pid in pids {
         assert!(
-            rec.records.iter().any(|r| r.pid == pid && r.kind == EventKind::ProcessStart as u16),
+            rec.records
+                .iter()
+                .any(|r| r.pid == pid && r.kind == EventKind::ProcessStart as u16),
             "process {pid} has its own ProcessStart"
         );
     }
@@ -141,8 +194,15 @@ fn fork_child_is_its_own_process() {
 fn exec_replaces_the_image_and_both_are_recorded() {
     let rec = record_scenario("exec", &[], None, &[]);
     assert_same_calls("exec", &rec);
-    let starts = rec.records.iter().filter(|r| r.kind == EventKind::ProcessStart as u16).count();
-    assert!(starts >= 2, "both images are described ({starts} ProcessStart)");
+    let starts = rec
+        .records
+        .iter()
+        .filter(|r| r.kind == EventKind::ProcessStart as u16)
+        .count();
+    assert!(
+        starts >= 2,
+        "both images are described ({starts} ProcessStart)"
+    );
 }
 
 #[test]
@@ -151,9 +211,22 @@ fn leaks_are_live_at_exit() {
     assert_same_calls("leak", &rec);
     let m = model_of(&rec.records);
     let leaked: u64 = m.leaks().iter().map(|g| g.size * g.count).sum();
-    let printed: u64 = rec.lines.iter().filter(|l| l.op == "alloc" && l.res == 0).map(|l| l.size).sum::<u64>()
-        - rec.lines.iter().filter(|l| l.op == "free" && l.res == 0).map(|l| l.size).sum::<u64>();
-    assert!(leaked > 0 && leaked >= printed, "leaked {leaked} vs printed {printed}");
+    let printed: u64 = rec
+        .lines
+        .iter()
+        .filter(|l| l.op == "alloc" && l.res == 0)
+        .map(|l| l.size)
+        .sum::<u64>()
+        - rec
+            .lines
+            .iter()
+            .filter(|l| l.op == "free" && l.res == 0)
+            .map(|l| l.size)
+            .sum::<u64>();
+    assert!(
+        leaked > 0 && leaked >= printed,
+        "leaked {leaked} vs printed {printed}"
+    );
 }
 
 #[test]
@@ -165,5 +238,9 @@ fn fragmentation_oom_gets_the_fragmentation_verdict() {
     assert!(!failed.is_empty(), "the scenario's last allocation failed");
     let last = failed.last().unwrap();
     assert_eq!(last.result, 2, "CUDA_ERROR_OUT_OF_MEMORY");
-    assert_eq!(last.verdict, fragprobe_shared::model::Verdict::Fragmentation, "{last:?}");
+    assert_eq!(
+        last.verdict,
+        fragprobe_shared::model::Verdict::Fragmentation,
+        "{last:?}"
+    );
 }

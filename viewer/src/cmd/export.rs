@@ -1,4 +1,4 @@
-//! `fragprobe export --format csv|chrome TRACE -o OUT`.
+//! `fragprobe export --format csv|chrome|torch-snapshot TRACE -o OUT`.
 //!
 //! - `csv`: one row per event that changed a device's figures: time, live, mapped,
 //!   reserved, NVML used and driver free where recorded, largest free block, total free,
@@ -6,6 +6,8 @@
 //! - `chrome`: a Chrome/Perfetto JSON trace: counter tracks (`ph:"C"`) for the curves,
 //!   async slices (`ph:"b"/"e"`) for allocation lifetimes, metadata (`ph:"M"`) naming
 //!   processes and threads. Opens in ui.perfetto.dev and chrome://tracing.
+//! - `torch-snapshot`: a `torch.cuda.memory._dump_snapshot`-style pickle (plain builtins)
+//!   of the trace's allocations, for PyTorch's memory_viz.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -27,6 +29,8 @@ pub enum Format {
     Csv,
     /// Chrome/Perfetto JSON trace.
     Chrome,
+    /// A PyTorch memory snapshot pickle, for PyTorch's own memory_viz.
+    TorchSnapshot,
 }
 
 /// Options of `fragprobe export`.
@@ -235,6 +239,14 @@ fn chrome(trace: &Trace, out: &mut dyn Write) -> anyhow::Result<u64> {
 
 /// `fragprobe export`.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    if args.format == Format::TorchSnapshot {
+        super::import::trace_to_pickle(&args.trace, &args.output)?;
+        eprintln!(
+            "fragprobe: wrote {} (open it in PyTorch's memory_viz)",
+            args.output.display()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
     let trace = Trace::open(&args.trace).map_err(coded)?;
     for w in trace.warnings() {
         eprintln!("fragprobe: warning: {w}");
@@ -243,6 +255,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let n = match args.format {
         Format::Csv => csv(&trace, &mut *out)?,
         Format::Chrome => chrome(&trace, &mut *out)?,
+        Format::TorchSnapshot => 0, // written above, before the trace was opened here
     };
     out.flush()?;
     if args.output.as_os_str() != "-" {

@@ -1,4 +1,4 @@
-//! `fragprobe simulate SNAPSHOT [--verify] [--conf STR]… [--capacity SIZE] [--json]`.
+//! `fragprobe simulate SNAPSHOT [--verify] [--alloc-conf STR]… [--capacity SIZE] [--json]`.
 //!
 //! Replays a PyTorch memory snapshot (`torch.cuda.memory._dump_snapshot()`) through the
 //! simulator of PyTorch's native caching allocator.
@@ -6,7 +6,7 @@
 //! - `--verify`: replays the recorded trace with the snapshot's own settings and counts how
 //!   many recorded allocation addresses and segment sizes the simulator reproduces. Exit
 //!   code 0 when everything matches, 7 when something does not.
-//! - otherwise (predict): replays the recorded request stream under each `--conf` string
+//! - otherwise (predict): replays the recorded request stream under each `--alloc-conf` string
 //!   (a default sweep when none is given) against `--capacity`, next to what was recorded.
 
 use std::path::PathBuf;
@@ -31,7 +31,7 @@ pub struct Args {
     /// A `PYTORCH_CUDA_ALLOC_CONF` string to predict (repeatable). Default: a sweep of 11
     /// common settings. `per_process_memory_fraction:F` stands for
     /// `torch.cuda.set_per_process_memory_fraction(F)`.
-    #[arg(long = "conf", value_name = "STR")]
+    #[arg(long = "alloc-conf", visible_alias = "conf", value_name = "STR")]
     pub confs: Vec<String>,
     /// Device memory for predictions, e.g. `80GiB`, `81559MiB` or bytes (default:
     /// unlimited; snapshots do not record the device's total).

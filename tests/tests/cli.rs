@@ -1,0 +1,324 @@
+//! The `fragprobe` command end to end on the simulated GPU: run/record/report/compare/
+//! export/demo, the JSON schema checked field by field against what a scenario printed, and
+//! every kind of bad input with its one-line message and exit code.
+
+use std::path::Path;
+
+use fragprobe_tests::probe::{fragprobe, out_path, record_scenario};
+use fragprobe_tests::sim::build_scenario;
+use serde_json::Value;
+
+fn report_json(trace: &Path) -> Value {
+    let out = fragprobe()
+        .args(["report", "--json"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn report_json_matches_what_the_scenario_did() {
+    let rec = record_scenario(
+        "frag_oom",
+        &[],
+        Some("1x1GiB"),
+        &[("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:128")],
+    );
+    assert!(rec.output.status.success());
+    let v = report_json(&rec.trace);
+    assert_eq!(v["format_version"], 1);
+    let ok_allocs = rec
+        .lines
+        .iter()
+        .filter(|l| l.op == "alloc" && l.res == 0)
+        .count() as u64;
+    let failed = rec
+        .lines
+        .iter()
+        .filter(|l| l.op == "alloc" && l.res != 0)
+        .count() as u64;
+    let frees = rec
+        .lines
+        .iter()
+        .filter(|l| l.op == "free" && l.res == 0)
+        .count() as u64;
+    assert_eq!(v["allocations"]["ok"], ok_allocs);
+    assert_eq!(v["allocations"]["failed"], failed);
+    assert_eq!(v["allocations"]["frees"], frees);
+    assert_eq!(v["events"]["dropped"], 0);
+    assert_eq!(v["events"]["anomalies"], 0);
+    let p = &v["processes"][0];
+    assert_eq!(p["pid"], rec.lines[0].pid);
+    assert_eq!(p["alloc_conf"], "max_split_size_mb:128");
+    assert_eq!(v["label"], "max_split_size_mb:128");
+    assert!(p["cmdline"][0].as_str().unwrap().ends_with("frag_oom"));
+    // Peak live: replay the printed calls.
+    let (mut live, mut peak) = (0i64, 0i64);
+    let mut sizes = std::collections::HashMap::new();
+    for l in &rec.lines {
+        match (l.op.as_str(), l.res) {
+            ("alloc", 0) => {
+                live += l.size as i64;
+                sizes.insert(l.addr, l.size as i64);
+                peak = peak.max(live);
+            }
+            ("free", 0) => live -= sizes.remove(&l.addr).unwrap_or(0),
+            _ => {}
+        }
+    }
+    // The arena rounds to 512 bytes; the report counts requested bytes.
+    assert_eq!(v["bytes"]["peak_live"], peak);
+    // frag_oom fills the device first (capacity), then asks past the largest hole.
+    let fa = v["failed_allocations"].as_array().unwrap().last().unwrap();
+    let failing = rec
+        .lines
+        .iter()
+        .rev()
+        .find(|l| l.op == "alloc" && l.res != 0)
+        .unwrap();
+    assert_eq!(fa["size"], failing.size);
+    assert_eq!(fa["result"], 2);
+    assert_eq!(fa["verdict"], "fragmentation");
+    assert!(fa["free_bytes"].as_u64().unwrap() >= failing.size);
+    assert!(fa["largest_free_block"].as_u64().unwrap() < failing.size);
+    assert!(v["fragmentation"]["max_ratio"].as_f64().unwrap() > 0.0);
+}
+
+#[test]
+fn run_passes_the_exit_status_through_and_summarises() {
+    let trace = out_path("run.fpt");
+    let out = fragprobe()
+        .args(["run", "--simulated-gpu", "--record"])
+        .arg(&trace)
+        .arg("--")
+        .args(["sh", "-c"])
+        .arg(format!(
+            "{} >/dev/null; exit 3",
+            build_scenario("leak").display()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("peak live") && err.contains("live at exit"),
+        "{err}"
+    );
+    let v = report_json(&trace);
+    assert_eq!(v["leaks"]["bytes"], (64u64 + 16 + 2) << 20);
+    // Only the CUDA process has a ring: the shell is not in the report.
+    assert_eq!(v["processes"].as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn a_command_that_does_not_exist_exits_127_and_a_killed_one_128_plus_signal() {
+    let out = fragprobe()
+        .args(["run", "--no-record", "--", "definitely-not-a-command-xyz"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("command not found"));
+    let out = fragprobe()
+        .args(["run", "--no-record", "--", "sh", "-c", "kill -9 $$"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(128 + 9));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("signal 9"));
+}
+
+#[test]
+fn bad_inputs_get_one_line_and_a_distinct_exit_code() {
+    let missing = fragprobe()
+        .args(["report", "/nonexistent/trace.fpt"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        missing.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&missing.stderr)
+    );
+    let not_trace = out_path("not-a-trace.fpt");
+    std::fs::write(
+        &not_trace,
+        b"hello, this is not a trace file at all........................................",
+    )
+    .unwrap();
+    let out = fragprobe().arg("report").arg(&not_trace).output().unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("not a fragprobe trace"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A newer version: the message names both versions.
+    let rec = record_scenario("door_link", &[], None, &[]);
+    let mut bytes = std::fs::read(&rec.trace).unwrap();
+    let newer = out_path("newer.fpt");
+    let pos = bytes
+        .windows(4)
+        .position(|w| w == 1u32.to_le_bytes())
+        .unwrap();
+    bytes[pos..pos + 4].copy_from_slice(&9u32.to_le_bytes());
+    std::fs::write(&newer, &bytes).unwrap();
+    let out = fragprobe().arg("report").arg(&newer).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{err}");
+    assert!(
+        err.contains("version 9") && err.contains("version 1"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    // Truncated: still opens, says what is missing, reports what is there.
+    let full = std::fs::read(&rec.trace).unwrap();
+    let cut = out_path("cut.fpt");
+    std::fs::write(&cut, &full[..full.len() * 2 / 3]).unwrap();
+    let out = fragprobe()
+        .args(["report", "--json"])
+        .arg(&cut)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("warning"));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!v["warnings"].as_array().unwrap().is_empty());
+    assert!(v["events"]["total"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn compare_labels_columns_with_the_alloc_conf_and_marks_the_better_value() {
+    let a = record_scenario(
+        "torch_caching",
+        &[],
+        Some("1x2GiB"),
+        &[("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")],
+    );
+    let b = record_scenario(
+        "frag_oom",
+        &[],
+        Some("1x1GiB"),
+        &[("PYTORCH_CUDA_ALLOC_CONF", "max_split_size_mb:512")],
+    );
+    let out = fragprobe()
+        .args(["compare"])
+        .arg(&a.trace)
+        .arg(&b.trace)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        text.contains("expandable_segments:True") && text.contains("max_split_size_mb:512"),
+        "{text}"
+    );
+    assert!(text.contains(" *"), "{text}");
+    let out = fragprobe()
+        .args(["compare", "--json"])
+        .arg(&a.trace)
+        .arg(&b.trace)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["labels"][0], "expandable_segments:True");
+    let peak = v["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["figure"] == "peak live bytes")
+        .unwrap();
+    assert_eq!(peak["values"].as_array().unwrap().len(), 2);
+}
+
+#[test]
+fn export_csv_and_chrome_trace() {
+    let rec = record_scenario("expandable", &[], None, &[]);
+    let csv = out_path("t.csv");
+    let out = fragprobe()
+        .args(["export", "--format", "csv"])
+        .arg(&rec.trace)
+        .arg("-o")
+        .arg(&csv)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = text.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    for col in [
+        "time_ns",
+        "live_bytes",
+        "mapped_bytes",
+        "reserved_bytes",
+        "nvml_used_bytes",
+        "largest_free_block",
+        "fragmentation_ratio",
+    ] {
+        assert!(header.contains(&col), "{col} in {header:?}");
+    }
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.iter().all(|r| r.len() == header.len()));
+    let mapped = header.iter().position(|c| *c == "mapped_bytes").unwrap();
+    assert!(
+        rows.iter().any(|r| r[mapped].parse::<u64>().unwrap() > 0),
+        "VMM mappings appear in the CSV"
+    );
+
+    let json = out_path("t.json");
+    let out = fragprobe()
+        .args(["export", "--format", "chrome"])
+        .arg(&rec.trace)
+        .arg("-o")
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let ev = v["traceEvents"].as_array().unwrap();
+    assert!(ev
+        .iter()
+        .any(|e| e["ph"] == "M" && e["name"] == "process_name"));
+    assert!(ev
+        .iter()
+        .any(|e| e["ph"] == "C" && e["name"].as_str().unwrap().contains("memory")));
+    let begins = ev.iter().filter(|e| e["ph"] == "b").count();
+    let ends = ev.iter().filter(|e| e["ph"] == "e").count();
+    assert!(
+        begins > 0 && begins == ends,
+        "{begins} allocation slices begin, {ends} end"
+    );
+}
+
+#[test]
+fn demo_ends_in_a_fragmentation_oom() {
+    let trace = out_path("demo.fpt");
+    let out = fragprobe()
+        .args(["demo", "--no-view", "-o"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("FRAGMENTATION"), "{text}");
+    let v = report_json(&trace);
+    let verdicts: Vec<&str> = v["failed_allocations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["verdict"].as_str().unwrap())
+        .collect();
+    assert_eq!(verdicts.last(), Some(&"fragmentation"), "{verdicts:?}");
+}
