@@ -64,7 +64,7 @@ pub struct Device {
     pub(crate) arena: Option<ArenaFigures>,
     pub(crate) worst: Option<SpaceId>,
     /// `(largest free block, space index)` of every space with an arena.
-    pub(crate) arena_set: BTreeSet<(u64, u32)>,
+    pub(crate) arena_set: ArenaSet,
     pub(crate) spaces: Vec<u32>,
     pub(crate) exit: Option<Snapshot>,
 }
@@ -89,7 +89,7 @@ impl Device {
             series: SeriesSet::new(cap),
             arena: None,
             worst: None,
-            arena_set: BTreeSet::new(),
+            arena_set: ArenaSet::default(),
             spaces: Vec::new(),
             exit: None,
         }
@@ -143,5 +143,76 @@ impl Device {
     /// The device's state just before the most recent exit of one of its processes.
     pub fn exit_snapshot(&self) -> Option<&Snapshot> {
         self.exit.as_ref()
+    }
+}
+
+/// An ordered set of `(largest free block, space index)`. A device usually has one space,
+/// whose key changes on most events: that case is a plain slot, with no tree node freed
+/// and allocated per change.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ArenaSet {
+    /// The only member, while `many` is empty.
+    one: Option<(u64, u32)>,
+    /// Every member, when there are two or more.
+    many: BTreeSet<(u64, u32)>,
+}
+
+impl ArenaSet {
+    #[inline]
+    pub(crate) fn insert(&mut self, x: (u64, u32)) {
+        if !self.many.is_empty() {
+            self.many.insert(x);
+            return;
+        }
+        match self.one {
+            None => self.one = Some(x),
+            Some(y) if y == x => {}
+            Some(y) => {
+                self.one = None;
+                self.many.insert(y);
+                self.many.insert(x);
+            }
+        }
+    }
+
+    #[inline]
+    pub(crate) fn remove(&mut self, x: &(u64, u32)) {
+        if self.one.as_ref() == Some(x) {
+            self.one = None;
+        } else if self.many.remove(x) && self.many.len() == 1 {
+            self.one = self.many.pop_first();
+        }
+    }
+
+    /// The smallest member.
+    #[inline]
+    pub(crate) fn first(&self) -> Option<&(u64, u32)> {
+        self.one.as_ref().or_else(|| self.many.first())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arena_set_orders_like_a_btreeset() {
+        let mut a = ArenaSet::default();
+        let mut b = BTreeSet::new();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for _ in 0..5_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let v = (x % 7, (x >> 8) as u32 % 3);
+            if x >> 20 & 1 == 0 {
+                a.insert(v);
+                b.insert(v);
+            } else {
+                a.remove(&v);
+                b.remove(&v);
+            }
+            assert_eq!(a.first(), b.first());
+        }
     }
 }

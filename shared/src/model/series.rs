@@ -315,6 +315,9 @@ impl Metric {
 #[derive(Clone, Debug)]
 pub struct SeriesSet {
     s: [Series; 9],
+    /// The integer last recorded per metric (`record`'s metrics only): an unchanged integer
+    /// is an unchanged value, so most metrics are skipped without a conversion to `f64`.
+    raw: [Option<u64>; 9],
 }
 
 impl SeriesSet {
@@ -322,12 +325,25 @@ impl SeriesSet {
     pub fn new(cap: usize) -> SeriesSet {
         SeriesSet {
             s: core::array::from_fn(|_| Series::new(cap)),
+            raw: [None; 9],
         }
     }
 
     /// The series of one metric.
     pub fn get(&self, m: Metric) -> &Series {
         &self.s[m as usize]
+    }
+
+    /// Pushes `v` for `m` if it differs from the integer recorded last; `true` if it did.
+    #[inline]
+    fn put(&mut self, m: Metric, t: u64, v: u64) -> bool {
+        let i = m as usize;
+        if self.raw[i] == Some(v) {
+            return false;
+        }
+        self.raw[i] = Some(v);
+        self.s[i].push_if_changed(t, v as f64);
+        true
     }
 
     #[inline]
@@ -337,14 +353,17 @@ impl SeriesSet {
         totals: &super::Totals,
         arena: Option<&super::ArenaFigures>,
     ) {
-        self.s[Metric::Live as usize].push_if_changed(t, totals.live_bytes as f64);
-        self.s[Metric::Managed as usize].push_if_changed(t, totals.managed_bytes as f64);
-        self.s[Metric::Mapped as usize].push_if_changed(t, totals.mapped_bytes as f64);
-        self.s[Metric::Reserved as usize].push_if_changed(t, totals.reserved_bytes as f64);
+        self.put(Metric::Live, t, totals.live_bytes);
+        self.put(Metric::Managed, t, totals.managed_bytes);
+        self.put(Metric::Mapped, t, totals.mapped_bytes);
+        self.put(Metric::Reserved, t, totals.reserved_bytes);
         if let Some(a) = arena {
-            self.s[Metric::LargestFree as usize].push_if_changed(t, a.largest_free as f64);
-            self.s[Metric::TotalFree as usize].push_if_changed(t, a.total_free as f64);
-            self.s[Metric::FragRatio as usize].push_if_changed(t, a.ratio());
+            let l = self.put(Metric::LargestFree, t, a.largest_free);
+            let f = self.put(Metric::TotalFree, t, a.total_free);
+            // The ratio is a function of the two: unchanged when both are.
+            if l || f {
+                self.s[Metric::FragRatio as usize].push_if_changed(t, a.ratio());
+            }
         }
     }
 
