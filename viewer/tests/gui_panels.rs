@@ -411,3 +411,37 @@ fn the_window_builds_the_map_off_the_ui_thread() {
     // The 32 allocations live before the exit, built by the "fragprobe-map" thread.
     assert_eq!(drawn, 32);
 }
+
+#[test]
+fn frames_keep_coming_while_a_big_trace_loads_and_the_cursor_moves() {
+    let dir = temp_dir("big");
+    let mut s = Synth::new(112, None);
+    for i in 0..100_000u64 {
+        s.alloc(BASE + i * 4096, 4096);
+        if i % 3 == 0 {
+            s.free(BASE + i * 4096);
+        }
+    }
+    let p = dir.join("big.fpt");
+    s.write(&p);
+    let run = Run::start(0, Source::Trace(p)).unwrap();
+    let mut h = harness(viewer_over(vec![run.clone()]));
+    let mut saw_progress = false;
+    let mut frames = 0;
+    while !run.progress.finished() {
+        h.run_steps(1);
+        frames += 1;
+        saw_progress |= h.query_by_label_contains("opening big.fpt").is_some();
+        // Scrub while it loads: the rewinder and the ingest share the head.
+        let applied = run.head().applied();
+        h.state_mut().set_cursor(Some(applied / 2));
+    }
+    assert!(frames > 0);
+    assert!(
+        saw_progress || frames < 3,
+        "the progress banner shows while loading"
+    );
+    settle(&mut h);
+    let c = h.state().cursor.unwrap();
+    assert_eq!(value_of(&h, "events"), c.to_string());
+}

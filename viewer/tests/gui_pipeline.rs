@@ -154,3 +154,62 @@ fn a_file_that_is_not_a_trace_fails_with_a_message_naming_it() {
         .unwrap_err()
         .contains("missing.fpt"));
 }
+
+#[test]
+fn a_trace_with_checkpoints_opens_from_the_last_one_then_fills_the_history() {
+    use fragprobe_shared::model::Metric;
+    let dir = temp_dir("fast");
+    let s = fragmented(12, Some("roundup_power2_divisions:4"));
+    let p = dir.join("f.fpt");
+    let mut w = TraceWriter::create(&p).unwrap();
+    for (pid, r, e) in &s.metas {
+        w.write_meta(*pid, *r, e).unwrap();
+    }
+    for cut in [30usize, 80] {
+        let from = if cut == 30 { 0 } else { 30 };
+        w.write_records(&s.records[from..cut]).unwrap();
+        w.write_checkpoint(cut as u64, &s.model_after(cut).checkpoint())
+            .unwrap();
+    }
+    w.write_records(&s.records[80..]).unwrap();
+    w.finish().unwrap();
+    let run = Run::start(0, Source::Trace(p)).unwrap();
+    assert!(run.wait_loaded(WAIT));
+    let all = s.records.len();
+    let reference = s.model_after(all);
+    assert_eq!(
+        fingerprint(&run.head().model, 12),
+        fingerprint(&reference, 12)
+    );
+    assert!(run.wait_history(WAIT));
+    let h = run.head();
+    let live = |m: &Model| {
+        let sp = m.space(m.space_id(12, 0).unwrap()).unwrap();
+        sp.series()
+            .get(Metric::Live)
+            .points()
+            .map(|b| (b.t, b.max))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        live(&h.model),
+        live(&reference),
+        "the timelines cover the whole run"
+    );
+    assert_eq!(h.first_exit, Some(s.exit_index()));
+    assert_eq!(h.baselines.get(&(12, 0)).map(|b| b.bytes), Some(300 * MIB));
+    assert_eq!(
+        h.alloc_conf().as_deref(),
+        Some("roundup_power2_divisions:4")
+    );
+    assert_eq!(h.applied(), all);
+    drop(h);
+    // Rewinding still starts from the trace's checkpoints.
+    run.seek(Some(85));
+    assert!(run.wait_cursor(WAIT));
+    assert_eq!(
+        fingerprint(&run.cursor().as_ref().unwrap().model, 12),
+        fingerprint(&s.model_after(85), 12)
+    );
+    run.stop();
+}

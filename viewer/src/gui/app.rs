@@ -346,7 +346,7 @@ impl Viewer {
             || self
                 .runs
                 .iter()
-                .any(|r| r.live || !r.progress.finished() || r.rewinding())
+                .any(|r| r.live || !r.progress.history_ready() || r.rewinding())
     }
 
     fn tick(&mut self, now: Instant) {
@@ -380,8 +380,12 @@ impl Viewer {
         if !run.progress.finished() {
             return;
         }
-        self.auto_cursor = false;
         let exit = run.head().first_exit;
+        if exit.is_none() && !run.progress.history_ready() {
+            // Opened from a checkpoint: an exit before it is known once the history is in.
+            return;
+        }
+        self.auto_cursor = false;
         if let Some(i) = exit {
             self.put_cursor(Some(i));
         }
@@ -631,6 +635,9 @@ impl Viewer {
             return;
         };
         let (nv, base) = self.live_nvml(&run, space);
+        // Before taking the read locks below: a second read lock of the same RwLock in one
+        // thread can deadlock behind a waiting writer (the ingest thread).
+        let at = self.cursor_time();
         let head = run.head();
         let cur = run.cursor();
         let model = match (&*cur, self.cursor) {
@@ -638,7 +645,7 @@ impl Viewer {
             _ => &head.model,
         };
         ui.heading("Figures");
-        let when = match self.cursor_time() {
+        let when = match at {
             Some(t) => format!(
                 "{space} · at {:.3} s",
                 t.saturating_sub(head.t_first) as f64 / 1e9
@@ -741,6 +748,16 @@ impl Viewer {
             self.add_live_nvml(&mut input, &head, space);
             (input, head.t_first)
         };
+        if !run.progress.history_ready() && run.progress.finished() {
+            ui.horizontal(|ui| {
+                ui.spinner();
+                ui.label(format!(
+                    "building the timelines: {} of {} events (figures and map are exact already)",
+                    run.progress.history_done(),
+                    run.progress.total()
+                ));
+            });
+        }
         let cursor = self
             .cursor_time()
             .map(|t| t.saturating_sub(t0) as f64 / 1e9);
@@ -880,7 +897,7 @@ impl Viewer {
         let runs: Vec<compare::Run> = self
             .runs
             .iter()
-            .map(|r| view::compare_run(&r.head(), &r.name, !r.progress.finished(), width))
+            .map(|r| view::compare_run(&r.head(), &r.name, !r.progress.history_ready(), width))
             .collect();
         compare::ui(ui, &runs);
     }

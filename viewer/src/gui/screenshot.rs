@@ -68,6 +68,12 @@ pub fn render(viewer: &mut Viewer, size: [u32; 2], timeout: Duration) -> Result<
         if let Some(e) = r.progress.error() {
             return Err(e);
         }
+        if !r.wait_history(timeout) {
+            return Err(format!(
+                "{}: the timelines were not built within {timeout:?}",
+                r.name
+            ));
+        }
     }
     // One frame to let the viewer place its cursor, then wait for the rewound model.
     let _ = render_ui(size, |ui| viewer.ui(ui));

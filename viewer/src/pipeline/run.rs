@@ -331,6 +331,18 @@ impl Run {
         true
     }
 
+    /// Waits until the time series cover the whole run (see [`Progress::history_ready`]).
+    pub fn wait_history(&self, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        while !self.progress.history_ready() {
+            if Instant::now() >= end {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
+    }
+
     /// Waits until the cursor model is at the wanted index. Returns false on timeout.
     pub fn wait_cursor(&self, timeout: Duration) -> bool {
         let end = Instant::now() + timeout;
@@ -456,6 +468,9 @@ fn ingest_trace(run: &Run, path: &Path) -> Result<(), String> {
         }
     }
     let mut ck = Checkpointing::new();
+    if !growing && fast_open(run, &trace, &mut ck) {
+        return Ok(());
+    }
     for chunk in trace.record_chunks() {
         run.write_trace_records(&trace, chunk, &mut ck);
         if run.stopped() {
@@ -468,6 +483,85 @@ fn ingest_trace(run: &Run, path: &Path) -> Result<(), String> {
         follow(run, path, trace.len(), &mut ck)?;
     }
     Ok(())
+}
+
+/// Opens a complete trace from its last checkpoint: the head is exact after restoring it
+/// and replaying only the records after it (the window is usable then), and the full
+/// history is replayed afterwards on this thread for the time series, which the model's
+/// checkpoints do not hold. False (nothing done) when the trace has no usable checkpoint.
+fn fast_open(run: &Run, trace: &Trace, ck: &mut Checkpointing) -> bool {
+    let Some((i, at)) = trace
+        .checkpoints()
+        .iter()
+        .enumerate()
+        .rev()
+        .find(|(_, (at, _))| *at > 0 && *at <= trace.len())
+        .map(|(i, (at, _))| (i, *at as usize))
+    else {
+        return false;
+    };
+    let Ok(model) = Model::restore(trace.checkpoint_bytes(i)) else {
+        return false;
+    };
+    run.progress.set_history_pending(true);
+    {
+        let mut h = run.head.write().unwrap_or_else(|p| p.into_inner());
+        h.model = model;
+        h.applied = at;
+        let first = trace
+            .records()
+            .find(|r| r.ts_ns != 0)
+            .map_or(0, |r| r.ts_ns);
+        h.t_first = first;
+        h.t_last = trace
+            .record(at as u64 - 1)
+            .map_or(first, |r| r.ts_ns.max(first));
+    }
+    run.progress.set_done(at as u64);
+    let mut k = 0u64;
+    for chunk in trace.record_chunks() {
+        let n = chunk.len() as u64;
+        if k + n > at as u64 {
+            let skip = (at as u64).saturating_sub(k) as usize;
+            run.write_trace_records(trace, &chunk[skip..], ck);
+        }
+        k += n;
+        if run.stopped() {
+            return true;
+        }
+    }
+    // The window has everything but the timelines' history.
+    run.progress.finish();
+    let mut full = Head::new();
+    let mut done = 0u64;
+    for chunk in trace.record_chunks() {
+        for r in chunk {
+            let e = if r.meta != 0 {
+                trace.meta(r.pid, r.meta)
+            } else {
+                None
+            };
+            full.apply(r, e.as_ref());
+        }
+        done += chunk.len() as u64;
+        run.progress.set_history_done(done);
+        if run.stopped() {
+            return true;
+        }
+    }
+    {
+        let mut h = run.head.write().unwrap_or_else(|p| p.into_inner());
+        if h.applied == full.applied {
+            h.model = full.model;
+            h.baselines = full.baselines;
+            h.first_exit = full.first_exit;
+            h.t_first = full.t_first;
+            h.t_last = full.t_last;
+        }
+    }
+    run.head_gen.fetch_add(1, Ordering::Release);
+    run.progress.set_history_pending(false);
+    true
 }
 
 /// Whether a trace without an end marker is probably still being written (touched in the
