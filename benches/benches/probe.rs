@@ -62,15 +62,23 @@ fn setup() -> Setup {
         let mut ctx = std::ptr::null_mut();
         assert_eq!(retain(&mut ctx, 0), 0);
         assert_eq!(set_current(ctx), 0);
-        let direct = Pair { alloc: *driver.get(b"cuMemAlloc_v2\0").unwrap(), free: *driver.get(b"cuMemFree_v2\0").unwrap() };
-        let probed = Pair { alloc: *probe.get(b"cuMemAlloc_v2\0").unwrap(), free: *probe.get(b"cuMemFree_v2\0").unwrap() };
+        let direct = Pair {
+            alloc: *driver.get(b"cuMemAlloc_v2\0").unwrap(),
+            free: *driver.get(b"cuMemFree_v2\0").unwrap(),
+        };
+        let probed = Pair {
+            alloc: *probe.get(b"cuMemAlloc_v2\0").unwrap(),
+            free: *probe.get(b"cuMemFree_v2\0").unwrap(),
+        };
         // First probed call creates the ring; then a consumer drains it like `fragprobe run`.
         let mut p = 0;
         assert_eq!((probed.alloc)(&mut p, 4096), 0);
         assert_eq!((probed.free)(p), 0);
         let stop = Arc::new(AtomicBool::new(false));
         let s2 = stop.clone();
-        let info = list_rings(&rings).pop().expect("the probe created its ring");
+        let info = list_rings(&rings)
+            .pop()
+            .expect("the probe created its ring");
         std::thread::Builder::new()
             .name("bench-consumer".into())
             .spawn(move || {
@@ -85,7 +93,15 @@ fn setup() -> Setup {
                 black_box(n);
             })
             .unwrap();
-        Setup { _driver: driver, _probe: probe, ctx: ctx as usize, set_current, direct, probed, stop }
+        Setup {
+            _driver: driver,
+            _probe: probe,
+            ctx: ctx as usize,
+            set_current,
+            direct,
+            probed,
+            stop,
+        }
     }
 }
 
@@ -122,14 +138,21 @@ fn threaded(s: &Setup, p: Pair, threads: usize, n: usize) -> Vec<u64> {
             })
         })
         .collect();
-    handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    handles
+        .into_iter()
+        .flat_map(|h| h.join().unwrap())
+        .collect()
 }
 
 fn bench(c: &mut Criterion) {
     let s = setup();
     let mut g = c.benchmark_group("probe");
-    g.bench_function("direct_alloc_free_4KiB", |b| b.iter(|| pair(s.direct, black_box(4096))));
-    g.bench_function("probed_alloc_free_4KiB", |b| b.iter(|| pair(s.probed, black_box(4096))));
+    g.bench_function("direct_alloc_free_4KiB", |b| {
+        b.iter(|| pair(s.direct, black_box(4096)))
+    });
+    g.bench_function("probed_alloc_free_4KiB", |b| {
+        b.iter(|| pair(s.probed, black_box(4096)))
+    });
     g.bench_function("p99_8_threads", |b| {
         b.iter_custom(|iters| {
             let t = Instant::now();

@@ -387,7 +387,11 @@ impl<'a> MetaWriter<'a> {
             buf[..META_HEADER].fill(0);
             buf[4..6].copy_from_slice(&(kind as u16).to_le_bytes());
         }
-        MetaWriter { buf, len: META_HEADER, overflow }
+        MetaWriter {
+            buf,
+            len: META_HEADER,
+            overflow,
+        }
     }
     /// Appends one field. Fields that do not fit are dropped and `finish` reports it.
     pub fn field(&mut self, key: &[u8], val: &[u8]) -> &mut Self {
@@ -494,13 +498,18 @@ impl<'a> MetaEntry<'a> {
         Some(MetaEntry {
             kind: MetaKind::from_u16(raw_kind),
             raw_kind,
-            fields: MetaFields { rest: &buf[META_HEADER..len] },
+            fields: MetaFields {
+                rest: &buf[META_HEADER..len],
+            },
             padded_len: ((len + 7) & !7).min(buf.len()),
         })
     }
     /// The value of the first field named `key`.
     pub fn get(&self, key: &str) -> Option<&'a [u8]> {
-        self.fields.clone().find(|(k, _)| *k == key.as_bytes()).map(|(_, v)| v)
+        self.fields
+            .clone()
+            .find(|(k, _)| *k == key.as_bytes())
+            .map(|(_, v)| v)
     }
     /// The value of `key` as UTF-8 text (lossy characters replaced by `None`).
     pub fn get_str(&self, key: &str) -> Option<&'a str> {
@@ -549,7 +558,11 @@ pub fn check_version(what: &'static str, found: u32) -> Result<(), VersionError>
     if found == FORMAT_VERSION {
         Ok(())
     } else {
-        Err(VersionError { what, found, supported: FORMAT_VERSION })
+        Err(VersionError {
+            what,
+            found,
+            supported: FORMAT_VERSION,
+        })
     }
 }
 
@@ -601,7 +614,8 @@ mod tests {
     fn meta_round_trip_and_overflow() {
         let mut buf = [0u8; 128];
         let mut w = MetaWriter::new(&mut buf, MetaKind::ProcessInfo);
-        w.field(b"cmdline", b"python\0train.py").field_u64(b"pid", 4242);
+        w.field(b"cmdline", b"python\0train.py")
+            .field_u64(b"pid", 4242);
         let (len, overflow) = w.finish();
         assert!(!overflow);
         assert_eq!(len % 8, 0);

@@ -6,10 +6,10 @@
 
 pub mod format;
 pub mod live;
-pub mod ring;
 #[cfg(feature = "consumer")]
-pub mod trace;
+pub mod model;
+pub mod ring;
 #[cfg(feature = "consumer")]
 pub mod torch;
 #[cfg(feature = "consumer")]
-pub mod model;
+pub mod trace;

@@ -1,4 +1,4 @@
 //! Helpers for the end-to-end tests.
 
-pub mod sim;
 pub mod probe;
+pub mod sim;

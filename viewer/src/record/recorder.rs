@@ -307,11 +307,13 @@ impl Recorder {
             let skip_below = a.skip_below;
             // Stops before any record that may depend on a drop not yet accounted for, so
             // the loss marker and resync come first (see Ring::drain_until_drop).
-            let st = a.file.drain_until_drop(65536, a.seen_dropped, &mut |r: &Record| {
-                if r.seq >= skip_below && r.kind != 0 {
-                    got.push(*r);
-                }
-            });
+            let st = a
+                .file
+                .drain_until_drop(65536, a.seen_dropped, &mut |r: &Record| {
+                    if r.seq >= skip_below && r.kind != 0 {
+                        got.push(*r);
+                    }
+                });
             self.emit_vec(a, got)?;
             let (dropped, skipped) = (a.file.dropped(), a.file.skipped());
             if dropped > a.seen_dropped || skipped > a.seen_skipped {
