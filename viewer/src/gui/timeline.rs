@@ -9,6 +9,10 @@ use crate::pipeline::space::human_bytes;
 
 /// Colour of the time cursor.
 pub const CURSOR: Color32 = Color32::from_rgb(255, 255, 255);
+/// Width of both plots' y axes, so their time axes line up.
+const AXIS_WIDTH: f32 = 64.0;
+/// Legend name of the failed-allocation markers.
+pub const FAILURES: &str = "failed allocations";
 /// Colour of failed-allocation markers.
 pub const FAILURE: Color32 = Color32::from_rgb(229, 57, 53);
 
@@ -92,6 +96,7 @@ pub fn ui(ui: &mut Ui, opts: &Options, input: &Input, cursor: Option<f64>) -> Op
         .link_cursor(link, [true, false])
         .allow_drag(false)
         .allow_boxed_zoom(false)
+        .y_axis_min_width(AXIS_WIDTH)
         .include_y(0.0)
         .include_x(input.span.0)
         .include_x(input.span.1)
@@ -105,8 +110,16 @@ pub fn ui(ui: &mut Ui, opts: &Options, input: &Input, cursor: Option<f64>) -> Op
                 } => (*plot_name, *position),
                 egui_plot::HoverPosition::Elsewhere { position } => ("", *position),
             };
+            let span = (input.span.1 - input.span.0).abs().max(1e-9);
+            let near = input
+                .markers
+                .iter()
+                .filter(|m| (m.t - p.x).abs() < span * 0.005)
+                .min_by(|a, b| (a.t - p.x).abs().total_cmp(&(b.t - p.x).abs()))
+                .map(|m| format!("\n{}", m.text))
+                .unwrap_or_default();
             Some(format!(
-                "{name}\n{:.3} s\n{}",
+                "{name}\n{:.3} s\n{}{near}",
                 p.x,
                 human_bytes(p.y.max(0.0) as u64)
             ))
@@ -142,6 +155,7 @@ pub fn ui(ui: &mut Ui, opts: &Options, input: &Input, cursor: Option<f64>) -> Op
             .link_cursor(link, [true, false])
             .allow_drag(false)
             .allow_boxed_zoom(false)
+            .y_axis_min_width(AXIS_WIDTH)
             .include_y(0.0)
             .include_y(1.0)
             .include_x(input.span.0)
@@ -173,8 +187,9 @@ fn curve_line(c: &Curve) -> Line<'_> {
 }
 
 fn markers(p: &mut egui_plot::PlotUi<'_>, input: &Input, cursor: Option<f64>) {
+    // One legend entry for all of them; the hover label names the nearest one.
     for m in &input.markers {
-        p.vline(VLine::new(m.text.clone(), m.t).color(FAILURE).width(1.0));
+        p.vline(VLine::new(FAILURES, m.t).color(FAILURE).width(1.0));
     }
     if let Some(t) = cursor {
         p.vline(VLine::new("cursor", t).color(CURSOR).width(2.0));
