@@ -188,12 +188,21 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 }
 
 /// Options for [`open_live`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct LiveOptions {
-    /// NVML to sample (`None`: do not sample).
+    /// NVML to sample (`None`: do not sample). The default samples the driver's NVML.
     pub nvml: Option<NvmlArgs>,
     /// Panel to show first.
     pub panel: Option<String>,
+}
+
+impl Default for LiveOptions {
+    fn default() -> LiveOptions {
+        LiveOptions {
+            nvml: Some(NvmlArgs::default()),
+            panel: None,
+        }
+    }
 }
 
 /// Opens the viewer on records pushed through `feed` (the caller drains the rings on its
