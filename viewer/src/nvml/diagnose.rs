@@ -36,6 +36,10 @@ pub struct Failure {
     /// Unused bytes cached by the framework's allocator (PyTorch "reserved but
     /// unallocated"), when known.
     pub cached_unused: Option<u64>,
+    /// Device memory in use outside the run's tracked allocations (CUDA contexts, module
+    /// images, allocations the probe did not see, other processes), estimated from the
+    /// last `cuMemGetInfo` before the failure: `total − free − live then`.
+    pub outside: Option<u64>,
 }
 
 /// A process holding device memory that is not part of the run.
@@ -235,7 +239,10 @@ pub fn diagnose(e: &Evidence) -> Verdict {
         let mut frag: Option<&Failure> = None;
         let mut unexplained = 0usize;
         for f in &e.failures {
-            let need = f.live.saturating_add(f.request);
+            // What the run itself needed: its allocations, the request, and what it holds
+            // outside them (contexts...) — the part of `outside` not explained by others.
+            let own_outside = f.outside.map_or(0, |o| o.saturating_sub(others));
+            let need = f.live.saturating_add(f.request).saturating_add(own_outside);
             let cache_would_fit = f.cached_unused.is_some_and(|c| {
                 c >= f.request && need.saturating_sub(c) <= usable.saturating_sub(others)
             });
@@ -313,7 +320,8 @@ pub fn diagnose(e: &Evidence) -> Verdict {
 }
 
 fn peak_finding(e: &Evidence, f: &Failure, usable: u64) -> Finding {
-    let need = f.live + f.request;
+    let own_outside = f.outside.map_or(0, |o| o.saturating_sub(others_bytes(e)));
+    let need = f.live + f.request + own_outside;
     let mut s = vec![Suggestion {
         action: "reduce peak demand: smaller batch or sequence length, activation checkpointing, lower precision".into(),
         why: format!("the run needed {} with nothing else on the device, which offers {}", human(need), human(usable)),
@@ -332,16 +340,30 @@ fn peak_finding(e: &Evidence, f: &Failure, usable: u64) -> Finding {
     Finding {
         cause: Cause::PeakDemand,
         summary: format!(
-            "peak demand exceeds the device: {} held + {} requested > {} usable",
+            "peak demand exceeds the device: {} held + {} requested{} > {} usable",
             human(f.live),
             human(f.request),
+            if own_outside > 0 {
+                format!(" + {} outside the tracked allocations", human(own_outside))
+            } else {
+                String::new()
+            },
             human(usable)
         ),
-        evidence: vec![format!(
-            "{} failed allocation(s); the first over capacity asked for {}",
-            e.failures.len(),
-            human(f.request)
-        )],
+        evidence: {
+            let mut ev = vec![format!(
+                "{} failed allocation(s); the first over capacity asked for {}",
+                e.failures.len(),
+                human(f.request)
+            )];
+            if own_outside > 0 {
+                ev.push(format!(
+                    "{} of device memory was in use besides the run's allocations (CUDA context, module images, allocations the probe did not see), from the last cuMemGetInfo",
+                    human(own_outside)
+                ));
+            }
+            ev
+        },
         suggestions: s,
     }
 }
@@ -384,7 +406,9 @@ fn others_finding(e: &Evidence, f: Option<&Failure>, usable: u64, others: u64) -
             why: "their parent is gone, typical of a crashed or interrupted earlier job".into(),
         });
     }
-    let need = f.map(|f| f.live + f.request).unwrap_or(0);
+    let need = f
+        .map(|f| f.live + f.request + f.outside.map_or(0, |o| o.saturating_sub(others)))
+        .unwrap_or(0);
     if let Some((i, free)) = e
         .other_gpus
         .iter()
@@ -552,6 +576,31 @@ mod tests {
             .collect();
         assert!(acts.contains(&"CUDA_VISIBLE_DEVICES=1"), "{acts:?}");
         assert!(!acts.iter().any(|a| a.contains("expandable_segments")));
+    }
+
+    #[test]
+    fn context_outside_the_allocations_counts_toward_peak_demand() {
+        // 1 GiB device, 300 MiB context, 22 × 32 MiB held, a 23rd fails: the device is full.
+        let mut e = Evidence {
+            capacity: Some(GIB),
+            ..Evidence::default()
+        };
+        e.failures.push(Failure {
+            request: 32 * MIB,
+            live: 704 * MIB,
+            free_total: Some(320 * MIB),
+            largest_free: Some(320 * MIB),
+            outside: Some(300 * MIB),
+            ..Failure::default()
+        });
+        let v = diagnose(&e);
+        assert_eq!(v.findings[0].cause, Cause::PeakDemand, "{v:?}");
+        assert!(v.findings[0]
+            .summary
+            .contains("outside the tracked allocations"));
+        // The same memory held by a known other process is the other process's fault.
+        e.others_unattributed = Some(300 * MIB);
+        assert_eq!(diagnose(&e).findings[0].cause, Cause::OtherProcesses);
     }
 
     #[test]

@@ -4,6 +4,8 @@
 
 use std::path::PathBuf;
 
+use fragprobe_shared::ring::{list_rings, RingInfo};
+
 /// Where ring files may live, for processes of user `uid`.
 #[derive(Clone, Debug, Default)]
 pub struct RingDirs {
@@ -48,13 +50,28 @@ impl RingDirs {
         v
     }
 
-    /// The ring file of `pid` (owned by `uid`), when one exists.
+    /// The ring file of `pid` (owned by `uid`), when one exists: `<pid>.ring` or the
+    /// probe's `<pid>-<start_ns>.ring`. A process that `exec`ed has one ring per image; the
+    /// live one (not marked exited) with the latest start wins.
     pub fn ring_of(&self, pid: u32, uid: u32) -> Option<PathBuf> {
-        self.candidates(uid)
-            .into_iter()
-            .map(|d| d.join(format!("{pid}.ring")))
-            .find(|p| p.is_file())
+        self.candidates(uid).into_iter().find_map(|d| {
+            let mut mine: Vec<RingInfo> = list_rings(&d)
+                .into_iter()
+                .filter(|r| r.pid == pid)
+                .collect();
+            mine.sort_by_key(|r| (r.alive, start_of(&r.path)));
+            mine.pop().map(|r| r.path)
+        })
     }
+}
+
+/// The start time in a `<pid>-<start_ns>.ring` name (0 for `<pid>.ring`).
+fn start_of(p: &std::path::Path) -> u64 {
+    p.file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.split_once('-'))
+        .and_then(|(_, t)| t.parse().ok())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -80,11 +97,16 @@ mod tests {
             PathBuf::from("/run/user/7/fragprobe")
         );
         assert_eq!(dirs.ring_of(4_000_000_001, 1000), None);
+        // Only files that start with the ring magic count.
         std::fs::write(dir.join("4000000001.ring"), b"x").unwrap();
-        assert_eq!(
-            dirs.ring_of(4_000_000_001, 1000),
-            Some(dir.join("4000000001.ring"))
-        );
+        assert_eq!(dirs.ring_of(4_000_000_001, 1000), None);
+        let cfg = fragprobe_shared::ring::RingConfig::from_env_values(Some(64), Some(64));
+        let old = dir.join("4000000001-100.ring");
+        let new = dir.join("4000000001-200.ring");
+        let _a = fragprobe_shared::ring::RingFile::create(&old, &cfg, 4_000_000_001).unwrap();
+        let _b = fragprobe_shared::ring::RingFile::create(&new, &cfg, 4_000_000_001).unwrap();
+        // No such process is alive: both are "dead"; the later image wins.
+        assert_eq!(dirs.ring_of(4_000_000_001, 1000), Some(new));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -56,6 +56,8 @@ pub fn replay(path: &Path) -> Result<Replayed, (u8, String)> {
     let mut failures = Vec::new();
     // Latest NVML per-process figure: (device, pid) → bytes.
     let mut proc_used: HashMap<(DeviceId, u32), u64> = HashMap::new();
+    // Bytes outside the tracked allocations at the last cuMemGetInfo, per device.
+    let mut outside: HashMap<DeviceId, u64> = HashMap::new();
     let mut first_ns = u64::MAX;
     for r in trace.records() {
         apply(&mut model, &trace, &r);
@@ -72,8 +74,14 @@ pub fn replay(path: &Path) -> Result<Replayed, (u8, String)> {
                 proc_used.insert((d.id(), r.pid), r.aux2);
             }
         }
+        if kind == EventKind::MemGetInfo && r.ok() {
+            if let Some(dev) = device_of(&model, &r) {
+                let used = r.aux.saturating_sub(r.size);
+                outside.insert(dev.id(), used.saturating_sub(dev.totals().live_bytes));
+            }
+        }
         if is_allocating(kind) && !r.ok() {
-            if let Some(f) = capture_failure(&model, &r, &proc_used) {
+            if let Some(f) = capture_failure(&model, &r, &proc_used, &outside) {
                 failures.push(f);
             }
         }
@@ -95,10 +103,19 @@ fn apply(model: &mut Model, trace: &Trace, r: &Record) {
     model.apply(r);
 }
 
+/// The model's device of a record's (pid, ordinal).
+fn device_of<'m>(model: &'m Model, r: &Record) -> Option<&'m fragprobe_shared::model::Device> {
+    let space = model
+        .space_id(r.pid, r.device)
+        .and_then(|s| model.space(s))?;
+    model.device(space.device())
+}
+
 fn capture_failure(
     model: &Model,
     r: &Record,
     proc_used: &HashMap<(DeviceId, u32), u64>,
+    outside: &HashMap<DeviceId, u64>,
 ) -> Option<SeenFailure> {
     let fa = model
         .failed_allocs()
@@ -126,10 +143,19 @@ fn capture_failure(
             free_total: fa.total_free,
             largest_free: fa.largest_free,
             cached_unused: None,
+            outside: outside.get(&dev.id()).copied(),
         },
         // Only meaningful once a per-process figure says what the run itself holds.
         others: others.filter(|_| proc_used.keys().any(|(d, _)| *d == dev.id())),
     })
+}
+
+/// Whether a device saw anything: allocations, failures or NVML samples. (A device the
+/// model only knows from a `cuMemGetInfo` before its description arrived is left out.)
+fn active(rp: &Replayed, dev: &fragprobe_shared::model::Device) -> bool {
+    dev.summary().peak_live > 0
+        || !dev.series().get(Metric::NvmlUsed).is_empty()
+        || rp.failures.iter().any(|f| f.device == dev.id())
 }
 
 /// Whether device ordinal `ord` is in the `-i` selection (all when empty).
@@ -180,7 +206,7 @@ pub fn from_trace(path: &Path, gpus: &[u32]) -> Result<Vec<DeviceEvidence>, (u8,
     let mut out = Vec::new();
     for dev in m.devices() {
         let ord = dev.ordinal();
-        if !selected(gpus, ord) {
+        if !selected(gpus, ord) || !active(&rp, dev) {
             continue;
         }
         let id = dev.id();
@@ -216,7 +242,7 @@ pub fn from_trace(path: &Path, gpus: &[u32]) -> Result<Vec<DeviceEvidence>, (u8,
                 other_gpus: m
                     .devices()
                     .iter()
-                    .filter(|o| o.id() != id && o.ordinal() >= 0)
+                    .filter(|o| o.ordinal() != ord && o.ordinal() >= 0 && active(&rp, o))
                     .filter_map(|o| free_of(o.id()).map(|f| (o.ordinal() as u32, f)))
                     .collect(),
             },
@@ -255,7 +281,7 @@ pub fn chart_from_trace(
     let mut markers = Vec::new();
     for dev in m.devices() {
         let ord = dev.ordinal();
-        if !selected(gpus, ord) {
+        if !selected(gpus, ord) || !active(&rp, dev) {
             continue;
         }
         let total = capacity(m, dev.id()).map(|t| t as f64);
