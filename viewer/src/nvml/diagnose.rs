@@ -87,6 +87,9 @@ pub struct Evidence {
     pub pytorch: bool,
     /// Free bytes on the other GPUs of the machine: (index, free).
     pub other_gpus: Vec<(u32, u64)>,
+    /// Processes of the run on this device (0 counts as 1): bounds how much memory outside
+    /// the tracked allocations is put down to the run's own CUDA contexts.
+    pub run_processes: u32,
 }
 
 /// What went wrong.
@@ -222,10 +225,47 @@ fn others_bytes(e: &Evidence) -> u64 {
     listed.max(e.others_unattributed.unwrap_or(0))
 }
 
+/// The most memory outside the tracked allocations put down to one of the run's own
+/// processes (a CUDA context with its module images is ~300–600 MiB on recent stacks)
+/// when NVML does not say what other processes hold.
+pub const CONTEXT_ALLOWANCE: u64 = 1 << 30;
+
+/// How a failure's memory outside the tracked allocations splits between the run itself
+/// and other processes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Split {
+    /// The run's own (contexts, untracked allocations).
+    own: u64,
+    /// Other processes'.
+    others: u64,
+    /// `others` was inferred (no NVML figures): the excess over [`CONTEXT_ALLOWANCE`] per
+    /// process of the run.
+    inferred: bool,
+}
+
+fn split(e: &Evidence, f: &Failure) -> Split {
+    let outside = f.outside.unwrap_or(0);
+    let known = !e.others.is_empty() || e.others_unattributed.is_some();
+    if known {
+        let others = others_bytes(e);
+        Split {
+            own: outside.saturating_sub(others),
+            others,
+            inferred: false,
+        }
+    } else {
+        let own = outside.min(CONTEXT_ALLOWANCE.saturating_mul(u64::from(e.run_processes.max(1))));
+        Split {
+            own,
+            others: outside - own,
+            inferred: outside > own,
+        }
+    }
+}
+
 /// Diagnoses `e`.
 pub fn diagnose(e: &Evidence) -> Verdict {
     let mut v = Verdict::default();
-    let others = others_bytes(e);
     match e.capacity {
         None if !e.failures.is_empty() => v.notes.push(
             "the device's capacity is unknown (no device record or NVML sample), so peak demand and other processes cannot be weighed".into(),
@@ -241,8 +281,9 @@ pub fn diagnose(e: &Evidence) -> Verdict {
         for f in &e.failures {
             // What the run itself needed: its allocations, the request, and what it holds
             // outside them (contexts...) — the part of `outside` not explained by others.
-            let own_outside = f.outside.map_or(0, |o| o.saturating_sub(others));
-            let need = f.live.saturating_add(f.request).saturating_add(own_outside);
+            let sp = split(e, f);
+            let others = sp.others;
+            let need = f.live.saturating_add(f.request).saturating_add(sp.own);
             let cache_would_fit = f.cached_unused.is_some_and(|c| {
                 c >= f.request && need.saturating_sub(c) <= usable.saturating_sub(others)
             });
@@ -263,7 +304,8 @@ pub fn diagnose(e: &Evidence) -> Verdict {
             v.findings.push(peak_finding(e, f, usable));
         }
         if let Some(f) = crowded {
-            v.findings.push(others_finding(e, Some(f), usable, others));
+            v.findings
+                .push(others_finding(e, Some(f), usable, split(e, f).others));
         }
         if let Some(f) = frag {
             v.findings.push(frag_finding(e, f));
@@ -298,7 +340,8 @@ pub fn diagnose(e: &Evidence) -> Verdict {
                 .filter(|o| o.leftover && o.used.unwrap_or(0) > 0)
                 .collect();
             if !leftovers.is_empty() {
-                v.findings.push(others_finding(e, None, usable, others));
+                v.findings
+                    .push(others_finding(e, None, usable, others_bytes(e)));
             }
         }
     }
@@ -320,7 +363,7 @@ pub fn diagnose(e: &Evidence) -> Verdict {
 }
 
 fn peak_finding(e: &Evidence, f: &Failure, usable: u64) -> Finding {
-    let own_outside = f.outside.map_or(0, |o| o.saturating_sub(others_bytes(e)));
+    let own_outside = split(e, f).own;
     let need = f.live + f.request + own_outside;
     let mut s = vec![Suggestion {
         action: "reduce peak demand: smaller batch or sequence length, activation checkpointing, lower precision".into(),
@@ -384,11 +427,17 @@ fn others_finding(e: &Evidence, f: Option<&Failure>, usable: u64, others: u64) -
             o.cmdline
         ));
     }
-    if e.others.is_empty() {
-        ev.push(format!(
+    match f.map(|f| split(e, f)) {
+        Some(sp) if sp.inferred => ev.push(format!(
+            "{} was in use outside the run's allocations, more than its CUDA context(s) account for (at most {} per process): other processes, or allocations the probe did not see; `fragprobe watch` or nvidia-smi shows who holds it",
+            human(sp.others + sp.own),
+            human(CONTEXT_ALLOWANCE)
+        )),
+        _ if e.others.is_empty() => ev.push(format!(
             "other processes held {} (NVML: device used minus this run)",
             human(others)
-        ));
+        )),
+        _ => {}
     }
     let mut s = Vec::new();
     let leftover: Vec<String> = e
@@ -406,9 +455,7 @@ fn others_finding(e: &Evidence, f: Option<&Failure>, usable: u64, others: u64) -
             why: "their parent is gone, typical of a crashed or interrupted earlier job".into(),
         });
     }
-    let need = f
-        .map(|f| f.live + f.request + f.outside.map_or(0, |o| o.saturating_sub(others)))
-        .unwrap_or(0);
+    let need = f.map(|f| f.live + f.request + split(e, f).own).unwrap_or(0);
     if let Some((i, free)) = e
         .other_gpus
         .iter()
@@ -601,6 +648,32 @@ mod tests {
         // The same memory held by a known other process is the other process's fault.
         e.others_unattributed = Some(300 * MIB);
         assert_eq!(diagnose(&e).findings[0].cause, Cause::OtherProcesses);
+    }
+
+    #[test]
+    fn much_memory_outside_without_nvml_is_put_down_to_others() {
+        // 16 GiB device; the run holds 8 GiB and asks for 2 GiB; cuMemGetInfo said 7.5 GiB
+        // were in use besides its allocations: more than a context — someone else.
+        let mut e = Evidence {
+            capacity: Some(16 * GIB),
+            ..Evidence::default()
+        };
+        e.failures.push(Failure {
+            request: 2 * GIB,
+            live: 8 * GIB,
+            outside: Some(15 * GIB / 2),
+            ..Failure::default()
+        });
+        let v = diagnose(&e);
+        assert_eq!(v.findings.len(), 1, "{v:?}");
+        assert_eq!(v.findings[0].cause, Cause::OtherProcesses);
+        assert!(
+            v.findings[0].evidence[0].contains("more than its CUDA context"),
+            "{v:?}"
+        );
+        // Eight processes of the run may hold that much themselves.
+        e.run_processes = 8;
+        assert_eq!(diagnose(&e).findings[0].cause, Cause::PeakDemand);
     }
 
     #[test]

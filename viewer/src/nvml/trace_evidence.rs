@@ -239,6 +239,16 @@ pub fn from_trace(path: &Path, gpus: &[u32]) -> Result<Vec<DeviceEvidence>, (u8,
                 peak_used: nvml.max_value().map(|v| v as u64),
                 unfreed_at_exit: (unfreed > 0).then_some(unfreed),
                 pytorch,
+                run_processes: {
+                    let mut pids: Vec<u32> = dev
+                        .spaces()
+                        .filter_map(|s| m.space(s))
+                        .map(|s| s.pid())
+                        .collect();
+                    pids.sort_unstable();
+                    pids.dedup();
+                    pids.len() as u32
+                },
                 other_gpus: m
                     .devices()
                     .iter()
