@@ -89,7 +89,15 @@ pub fn run_session(
                 sink.feed = None;
                 (st, sink, session)
             })?;
-        crate::cmd::view::open_live(rx, &crate::cmd::view::LiveOptions::default())?;
+        let mut live = crate::cmd::view::LiveOptions::default();
+        if let Some(spec) = &opts.simulated_gpu {
+            // The viewer's NVML panel reads the same simulated devices the command runs on.
+            live.nvml = Some(crate::nvml::NvmlArgs {
+                simulated_gpu: Some(spec.clone().unwrap_or_default()),
+                ..Default::default()
+            });
+        }
+        crate::cmd::view::open_live(rx, &live)?;
         let (st, s, sess) = worker
             .join()
             .map_err(|_| anyhow::anyhow!("the recording thread panicked"))?;
