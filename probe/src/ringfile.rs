@@ -7,7 +7,7 @@
 //! `<pid>-<start_ns>.ring`, created exclusively with mode 0600 (a process that `exec`s
 //! keeps its pid, so the start time keeps the two images apart).
 
-use fragprobe_shared::ring::{Ring, RingConfig};
+use fragprobe_shared::ring::{ring_dir_candidate, Ring, RingConfig};
 
 /// A NUL-terminated path under construction in a fixed buffer.
 struct PathBuf {
@@ -33,11 +33,7 @@ impl PathBuf {
     }
     fn push_u64(&mut self, v: u64) -> bool {
         let mut tmp = [0u8; 20];
-        let digits = fragprobe_shared::format::fmt_u64(v, &mut tmp);
-        let d: &[u8] = digits;
-        let mut own = [0u8; 20];
-        own[..d.len()].copy_from_slice(d);
-        self.push(&own[..d.len()])
+        self.push(fragprobe_shared::format::fmt_u64(v, &mut tmp))
     }
     fn c(&self) -> *const libc::c_char {
         self.buf.as_ptr() as *const libc::c_char
@@ -84,22 +80,21 @@ fn private_dir(dir: &PathBuf, uid: u32, strict: bool) -> bool {
     !strict || (st.st_uid == uid && st.st_mode & 0o022 == 0)
 }
 
+/// The first usable directory of the shared candidate list
+/// ([`ring_dir_candidate`]: the same order every consumer searches).
 fn ring_dir(uid: u32) -> Option<PathBuf> {
-    let mut p = PathBuf::new();
-    if let Some(d) = env(c"FRAGPROBE_RING_DIR") {
-        return (p.push(d) && private_dir(&p, uid, false)).then_some(p);
-    }
-    if let Some(x) = env(c"XDG_RUNTIME_DIR") {
-        if p.push(x) && p.push(b"/fragprobe") && private_dir(&p, uid, true) {
+    let over = env(c"FRAGPROBE_RING_DIR");
+    let xdg = env(c"XDG_RUNTIME_DIR");
+    let mut buf = [0u8; 512];
+    for i in 0.. {
+        let cand = ring_dir_candidate(i, uid, over, xdg, &mut buf)?;
+        let mut p = PathBuf::new();
+        // The directory named by FRAGPROBE_RING_DIR is the caller's choice; the per-user
+        // defaults must be private.
+        let strict = !(i == 0 && over.is_some());
+        if p.push(cand) && private_dir(&p, uid, strict) {
             return Some(p);
         }
-        p = PathBuf::new();
-    }
-    for base in [&b"/dev/shm/fragprobe-"[..], &b"/tmp/fragprobe-"[..]] {
-        if p.push(base) && p.push_u64(uid as u64) && private_dir(&p, uid, true) {
-            return Some(p);
-        }
-        p = PathBuf::new();
     }
     None
 }
