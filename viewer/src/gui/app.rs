@@ -11,7 +11,7 @@ use egui::{Color32, RichText, Ui};
 
 use super::help::{self, Command};
 use super::options::{Options, Tab, STORAGE_KEY};
-use super::{compare, events, figures, lod, map, processes, replay, timeline};
+use super::{allocator, blocks, compare, events, figures, lod, map, processes, replay, timeline};
 use crate::pipeline::log::EventLog as _;
 use crate::pipeline::nvml::{self, Sampler};
 use crate::pipeline::space::{SpaceInfo, SpaceKey};
@@ -85,6 +85,8 @@ pub struct Viewer {
     pub map: map::State,
     /// Events list state.
     pub events: events::State,
+    /// Blocks view state (PyTorch snapshots).
+    pub blocks: blocks::State,
     /// Help overlay shown.
     pub help_open: bool,
     /// NVML sampler (live sessions).
@@ -118,6 +120,7 @@ impl Viewer {
             replay: replay::Replay::default(),
             map: map::State::default(),
             events,
+            blocks: blocks::State::default(),
             help_open: false,
             nvml,
             status: None,
@@ -150,6 +153,7 @@ impl Viewer {
             self.selected = i;
             self.cursor = None;
             self.map = map::State::default();
+            self.blocks = blocks::State::default();
             self.events.selected = None;
             self.events.matches.clear();
             self.events.scanned = 0;
@@ -314,6 +318,7 @@ impl Viewer {
         }
         egui::CentralPanel::default().show(ui, |ui| match self.options.tab {
             Tab::Map => {
+                self.blocks_hint(ui);
                 let budget = if self.options.show_timeline {
                     ui.available_height() * 0.45
                 } else {
@@ -329,6 +334,7 @@ impl Viewer {
             Tab::Events => self.events_panel(ui),
             Tab::Processes => self.processes_panel(ui),
             Tab::Compare => self.compare_panel(ui),
+            Tab::Blocks => self.blocks_panel(ui),
         });
         let mut open = self.help_open;
         help::ui(ui, &mut open);
@@ -664,7 +670,44 @@ impl Viewer {
         ui.label(when);
         let merged = self.options.merge_processes;
         let f = view::figures(model, &head, space, merged, nv, base);
+        let layer = head.allocator.clone();
+        drop(cur);
+        drop(head);
         figures::ui(ui, &f);
+        if let Some(d) = layer.as_ref().and_then(|l| l.device(space.device as i32)) {
+            ui.separator();
+            ui.strong("Allocator (PyTorch snapshot)");
+            ui.label("the state when the snapshot was taken");
+            allocator::ui(ui, d);
+        }
+    }
+
+    /// On the map of a snapshot: where its allocator layer is.
+    fn blocks_hint(&mut self, ui: &mut Ui) {
+        let has = self.run().is_some_and(|r| r.head().allocator.is_some());
+        if has {
+            ui.horizontal(|ui| {
+                ui.label(
+                    "Segments of a PyTorch snapshot; the blocks inside them and their frames:",
+                );
+                if ui.link("Blocks (6)").clicked() {
+                    self.options.tab = Tab::Blocks;
+                }
+            });
+        }
+    }
+
+    fn blocks_panel(&mut self, ui: &mut Ui) {
+        let Some(run) = self.run().cloned() else {
+            ui.label("No trace open.");
+            return;
+        };
+        let layer = run.head().allocator.clone();
+        let note = self.cursor.is_some().then_some(
+            "The blocks are the snapshot's state when it was taken; the map and timeline follow the time cursor.",
+        );
+        let height = ui.available_height();
+        blocks::ui(ui, &mut self.blocks, layer.as_ref(), height, note);
     }
 
     fn map_panel(&mut self, ui: &mut Ui, height: f32) {

@@ -16,7 +16,10 @@ pub const SHORTCUTS: &[(&str, &str)] = &[
     ("+ / -", "zoom the map in / out"),
     ("← / →", "pan the map"),
     ("0", "show the whole address space"),
-    ("1 .. 5", "map, timeline, events, processes, compare"),
+    (
+        "1 .. 6",
+        "map, timeline, events, processes, compare, blocks",
+    ),
     ("F", "show or hide the figures"),
     ("Ctrl+O", "open a trace"),
     ("Esc", "close dialogs, unpin the region"),
@@ -83,7 +86,7 @@ pub fn commands(ui: &Ui) -> Vec<Command> {
                             '+' | '=' => Command::ZoomIn,
                             '-' => Command::ZoomOut,
                             '0' => Command::ResetZoom,
-                            '1'..='5' => Command::Tab(c as u8 - b'1'),
+                            '1'..='6' => Command::Tab(c as u8 - b'1'),
                             'f' | 'F' => Command::Figures,
                             _ => continue,
                         };

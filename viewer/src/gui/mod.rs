@@ -1,7 +1,9 @@
 //! The egui viewer. One panel, one module; the UI thread only draws what the pipeline
 //! (ingest, rewind and NVML threads) has published.
 
+pub mod allocator;
 pub mod app;
+pub mod blocks;
 pub mod cells;
 pub mod compare;
 pub mod events;

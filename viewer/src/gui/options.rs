@@ -21,16 +21,19 @@ pub enum Tab {
     Processes,
     /// Runs side by side.
     Compare,
+    /// The allocator layer of a PyTorch snapshot: segments and their blocks.
+    Blocks,
 }
 
 impl Tab {
     /// Every tab in shortcut order.
-    pub const ALL: [Tab; 5] = [
+    pub const ALL: [Tab; 6] = [
         Tab::Map,
         Tab::Timeline,
         Tab::Events,
         Tab::Processes,
         Tab::Compare,
+        Tab::Blocks,
     ];
     /// Label.
     pub fn name(self) -> &'static str {
@@ -40,6 +43,7 @@ impl Tab {
             Tab::Events => "Events",
             Tab::Processes => "Processes",
             Tab::Compare => "Compare",
+            Tab::Blocks => "Blocks",
         }
     }
     /// Parses `--panel NAME` (`figures` selects the map with the figures shown).
@@ -51,8 +55,9 @@ impl Tab {
             "events" => Ok((Tab::Events, false)),
             "processes" => Ok((Tab::Processes, false)),
             "compare" => Ok((Tab::Compare, false)),
+            "blocks" => Ok((Tab::Blocks, false)),
             other => Err(format!(
-                "unknown panel {other:?}: use map, timeline, figures, events, processes or compare"
+                "unknown panel {other:?}: use map, timeline, figures, events, processes, compare or blocks"
             )),
         }
     }
@@ -138,6 +143,7 @@ mod tests {
     fn panel_names_parse() {
         assert_eq!(Tab::parse("Figures"), Ok((Tab::Map, true)));
         assert_eq!(Tab::parse("compare"), Ok((Tab::Compare, false)));
+        assert_eq!(Tab::parse("Blocks"), Ok((Tab::Blocks, false)));
         assert!(Tab::parse("nope").unwrap_err().contains("use map"));
     }
 }

@@ -15,6 +15,7 @@ use fragprobe_shared::format::{EventKind, MetaEntry, Record};
 use fragprobe_shared::model::Model;
 use fragprobe_shared::trace::{Trace, TraceTail};
 
+use super::blocks::AllocatorLayer;
 use super::log::{EventLog, MemLog};
 use super::progress::Progress;
 use super::source::{LiveTarget, Source};
@@ -82,6 +83,9 @@ pub struct Head {
     pub first_exit: Option<usize>,
     /// Problems with the input, one line each.
     pub warnings: Vec<String>,
+    /// The allocator layer (segments, blocks, frames, allocator-level figures) of an
+    /// imported PyTorch snapshot; `None` for probe traces, which have no such layer.
+    pub allocator: Option<Arc<AllocatorLayer>>,
 }
 
 impl Head {
@@ -97,6 +101,7 @@ impl Head {
             ring_dropped: 0,
             first_exit: None,
             warnings: Vec::new(),
+            allocator: None,
         }
     }
 
@@ -648,7 +653,16 @@ fn ingest_records(run: &Run, recs: Vec<(Record, Option<Arc<[u8]>>)>, ck: &mut Ch
 }
 
 fn ingest_snapshot(run: &Run, path: &Path) -> Result<(), String> {
-    let recs = super::snapshot::records(path)?;
+    let snap = super::snapshot::load(path)?;
+    // The allocator layer first (with the trace's peaks): it is complete when the records
+    // that follow are in, so a loaded run always has both layers.
+    let layer = Arc::new(AllocatorLayer::from_snapshot(&snap, true));
+    run.head
+        .write()
+        .unwrap_or_else(|p| p.into_inner())
+        .allocator = Some(layer);
+    let recs = super::snapshot::from_snapshot(&snap, &super::snapshot::file_name(path));
+    drop(snap);
     run.progress.set_total(recs.len() as u64);
     let mut ck = Checkpointing::new();
     ingest_records(run, recs, &mut ck);

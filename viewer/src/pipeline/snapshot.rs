@@ -17,14 +17,22 @@ const OOM: u32 = 2;
 
 type Recs = Vec<(Record, Option<Arc<[u8]>>)>;
 
+/// Reads and decodes `path`. The error names the file.
+pub fn load(path: &Path) -> Result<Snapshot, String> {
+    load_snapshot(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// The file name of `path` (the compare view's fallback label).
+pub fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
 /// Reads `path` and turns it into records. The error names the file.
 pub fn records(path: &Path) -> Result<Recs, String> {
-    let snap = load_snapshot(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    Ok(from_snapshot(&snap, &name))
+    let snap = load(path)?;
+    Ok(from_snapshot(&snap, &file_name(path)))
 }
 
 /// Turns a decoded snapshot into records (see the module documentation).

@@ -1,0 +1,316 @@
+//! The allocator layer of a real PyTorch snapshot in the viewer: the pipeline publishes
+//! segments, blocks, frames and allocator figures; the Blocks tab draws them, hovering a
+//! block shows its sizes, state and frames, clicking pins it; the figures panel shows the
+//! allocator-level figures; a probe trace has no such layer.
+
+mod gui_support;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use egui::{Event, Modifiers, PointerButton, Pos2};
+use egui_kittest::kittest::{NodeT as _, Queryable as _};
+use egui_kittest::Harness;
+use fragprobe_shared::torch::{load_snapshot, BlockState};
+use fragprobe_viewer::cmd::view::{self, Args};
+use fragprobe_viewer::gui::app::Viewer;
+use fragprobe_viewer::gui::blocks::colour;
+use fragprobe_viewer::gui::options::{Options, Tab};
+use fragprobe_viewer::gui::screenshot;
+use fragprobe_viewer::pipeline::blocks::{AllocatorLayer, Category, DeviceLayer};
+use fragprobe_viewer::pipeline::space::human_bytes;
+use fragprobe_viewer::pipeline::{Run, Source};
+use gui_support::*;
+
+const WAIT: Duration = Duration::from_secs(120);
+const MAGMA: &str = "MAGMA27__memory_snapshot.pickle";
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/pytorch-snapshots")
+        .join(name)
+}
+
+fn snapshot_run(name: &str) -> Arc<Run> {
+    let run = Run::start(0, Source::Snapshot(fixture(name))).unwrap();
+    assert!(run.wait_loaded(WAIT), "{name} loads");
+    assert_eq!(run.progress.error(), None);
+    run
+}
+
+fn layer_of(run: &Run) -> Arc<AllocatorLayer> {
+    run.head()
+        .allocator
+        .clone()
+        .expect("a snapshot run publishes its allocator layer")
+}
+
+/// The largest allocated block with frames: (index, its frames).
+fn chosen(layer: &AllocatorLayer, d: &DeviceLayer) -> (usize, Vec<String>) {
+    let i = (0..d.blocks.len())
+        .filter(|&i| d.blocks[i].state == BlockState::ActiveAllocated)
+        .filter(|&i| !layer.frames(d.blocks[i].stack).is_empty())
+        .max_by_key(|&i| d.blocks[i].size)
+        .expect("an allocated block with frames");
+    (i, layer.frames(d.blocks[i].stack))
+}
+
+#[test]
+fn the_run_publishes_the_snapshots_allocator_layer() {
+    for name in [
+        MAGMA,
+        "Wedsonlin__medium_128_inference_memory_snapshot.pickle",
+    ] {
+        let run = snapshot_run(name);
+        let layer = layer_of(&run);
+        let snap = load_snapshot(&fixture(name)).unwrap();
+        let direct = AllocatorLayer::from_snapshot(&snap, true);
+        assert_eq!(layer.devices.len(), direct.devices.len());
+        for (got, want) in layer.devices.iter().zip(&direct.devices) {
+            assert_eq!(got.device, want.device);
+            assert_eq!(got.blocks, want.blocks, "{name}: blocks");
+            assert_eq!(got.segments, want.segments, "{name}: segments");
+            assert_eq!(got.counts, want.counts);
+            assert_eq!(got.now, want.now, "{name}: figures now");
+            assert_eq!(got.peak, want.peak, "{name}: peak figures");
+            let blocks = snap
+                .device_segments(got.device)
+                .map(|s| s.blocks.len())
+                .sum::<usize>();
+            assert_eq!(got.blocks.len(), blocks);
+            assert!(got.peak.is_some(), "{name} has a trace");
+        }
+        // The device layer went through the model as before: one region per segment alive.
+        let h = run.head();
+        let live: u64 = h.model.spaces().iter().map(|s| s.totals().live_bytes).sum();
+        let reserved: u64 = layer.devices.iter().map(|d| d.now.reserved).sum();
+        assert_eq!(live, reserved, "{name}: segments as live regions");
+        run.stop();
+    }
+}
+
+#[test]
+fn a_probe_trace_has_no_allocator_layer_and_the_blocks_tab_says_so() {
+    let dir = temp_dir("blocks-none");
+    let run = loaded_run(&fragmented(111, None), &dir, "t.fpt", 0);
+    assert!(run.head().allocator.is_none());
+    let options = Options {
+        tab: Tab::Blocks,
+        ..Options::default()
+    };
+    let mut h = harness(Viewer::new(vec![run], options, None));
+    h.run_steps(3);
+    assert!(h
+        .query_all_by(|n| label(n).is_some_and(|t| t.starts_with("No allocator layer")))
+        .next()
+        .is_some());
+    assert!(h.query_by_label("allocator blocks").is_none());
+}
+
+fn harness(viewer: Viewer) -> Harness<'static, Viewer> {
+    Harness::builder()
+        .with_size([1400.0, 900.0])
+        .build_ui_state(|ui, v: &mut Viewer| v.ui(ui), viewer)
+}
+
+fn label(n: &egui_kittest::kittest::AccessKitNode<'_>) -> Option<String> {
+    n.label().or_else(|| n.value())
+}
+
+fn text_of(n: &egui_kittest::Node<'_>) -> Option<String> {
+    let a = n.accesskit_node();
+    a.label().or_else(|| a.value())
+}
+
+fn shown(h: &Harness<'_, Viewer>, text: &str) -> bool {
+    h.query_all_by(|n| label(n).is_some_and(|t| t == text))
+        .next()
+        .is_some()
+}
+
+/// The text right of `label` on the same row.
+fn value_of(h: &Harness<'_, Viewer>, label: &str) -> String {
+    let l = h
+        .query_all_by_label(label)
+        .next()
+        .unwrap_or_else(|| panic!("no {label:?} shown"));
+    let (y, x) = (l.rect().center().y, l.rect().right());
+    h.query_all_by(|n| n.bounding_box().is_some())
+        .filter(|n| (n.rect().center().y - y).abs() < 3.0 && n.rect().left() > x)
+        .filter(|n| text_of(n).is_some_and(|t| !t.is_empty()))
+        .min_by(|a, b| a.rect().left().total_cmp(&b.rect().left()))
+        .and_then(|n| text_of(&n))
+        .unwrap_or_else(|| panic!("no value right of {label:?}"))
+}
+
+#[test]
+fn hovering_a_block_shows_its_frames_and_clicking_pins_it() {
+    let run = snapshot_run(MAGMA);
+    let layer = layer_of(&run);
+    let d = &layer.devices[0];
+    let (i, frames) = chosen(&layer, d);
+    let b = d.blocks[i];
+    let options = Options {
+        tab: Tab::Blocks,
+        ..Options::default()
+    };
+    let mut h = harness(Viewer::new(vec![run.clone()], options, None));
+    h.run_steps(3);
+    assert!(shown(
+        &h,
+        &format!(
+            "{} segments · {} blocks: {} allocated, {} pending free, {} inactive",
+            d.segments.len(),
+            d.blocks.len(),
+            d.counts[0],
+            d.counts[1],
+            d.counts[2]
+        )
+    ));
+    let rect = h.get_by_label("allocator blocks").rect();
+    let rows = h.state().blocks.rows() as f64;
+    let cols = rect.width().floor() as f64;
+    let row_h = rect.height() as f64 / rows;
+    let n = rows * cols;
+    let cells = b.size as f64 / d.span as f64 * n;
+    assert!(cells >= 3.0, "the chosen block is {cells} cells wide");
+    let mid = d.offset_of(i) as f64 + b.size as f64 / 2.0;
+    let pos = mid / d.span as f64 * n;
+    let at = Pos2::new(
+        rect.left() + (pos % cols) as f32,
+        rect.top() + ((pos / cols).floor() * row_h + row_h * 0.4) as f32,
+    );
+    h.event(Event::PointerMoved(at));
+    h.run_steps(2);
+    assert_eq!(h.state().blocks.hovered, Some(i));
+    assert!(shown(&h, "Block under the pointer"));
+    assert!(shown(&h, &format!("{:#x}", b.address)), "its address");
+    assert!(shown(
+        &h,
+        &format!("{} ({} bytes)", human_bytes(b.size), b.size)
+    ));
+    assert!(shown(
+        &h,
+        &format!("{} ({} bytes)", human_bytes(b.requested), b.requested)
+    ));
+    assert!(shown(&h, "allocated"), "its state");
+    assert!(
+        shown(&h, &format!("frames ({}, innermost first)", frames.len())),
+        "the frame count"
+    );
+    for f in frames.iter().take(5) {
+        assert!(shown(&h, f), "frame {f:?} is drawn");
+    }
+    // Click: pinned; the pointer leaves the band and the pinned block stays shown.
+    for pressed in [true, false] {
+        h.event(Event::PointerButton {
+            pos: at,
+            button: PointerButton::Primary,
+            pressed,
+            modifiers: Modifiers::default(),
+        });
+    }
+    h.run_steps(2);
+    assert_eq!(h.state().blocks.pinned, Some(i));
+    h.event(Event::PointerMoved(Pos2::new(5.0, 890.0)));
+    h.run_steps(2);
+    assert_eq!(h.state().blocks.hovered, None);
+    assert!(shown(&h, "Pinned block"));
+    assert!(shown(&h, &frames[0]), "the pinned block's innermost frame");
+
+    // The figures panel has the allocator-level figures of the snapshot's device.
+    let now = &d.now;
+    assert_eq!(
+        value_of(&h, "non-releasable"),
+        human_bytes(now.non_releasable)
+    );
+    assert_eq!(
+        value_of(&h, "rounding waste"),
+        human_bytes(now.internal_waste)
+    );
+    assert_eq!(value_of(&h, "requested"), human_bytes(now.requested));
+    assert_eq!(
+        value_of(&h, "1 − allocated/reserved"),
+        format!("{:.1} %", 100.0 * now.unallocated_fraction())
+    );
+    let p = d.peak.unwrap().figures;
+    assert_eq!(value_of(&h, "peak reserved"), human_bytes(p.peak_reserved));
+    assert_eq!(
+        value_of(&h, "GMLake peak active/reserved"),
+        format!("{:.1} %", 100.0 * p.gmlake_utilization())
+    );
+    run.stop();
+}
+
+fn read_png(p: &Path) -> (u32, u32, Vec<u8>) {
+    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(p).unwrap()));
+    let mut r = dec.read_info().unwrap();
+    let mut buf = vec![0; r.output_buffer_size().unwrap()];
+    let info = r.next_frame(&mut buf).unwrap();
+    buf.truncate(info.buffer_size());
+    (info.width, info.height, buf)
+}
+
+fn count(rgba: &[u8], c: egui::Color32) -> usize {
+    rgba.chunks_exact(4)
+        .filter(|p| p[0] == c.r() && p[1] == c.g() && p[2] == c.b())
+        .count()
+}
+
+#[test]
+fn screenshot_of_the_blocks_tab_shows_the_block_states() {
+    let dir = temp_dir("blocks-shot");
+    let out = dir.join("blocks.png");
+    let args = Args {
+        traces: vec![fixture(MAGMA)],
+        screenshot: Some(out.clone()),
+        size: "1400x900".into(),
+        panel: Some("blocks".into()),
+        no_nvml: true,
+        ..Args::default()
+    };
+    view::run(&args).expect("screenshot renders");
+    let (w, h, rgba) = read_png(&out);
+    assert_eq!((w, h), (1400, 900));
+    let allocated = count(&rgba, colour(Category::Requested));
+    let free = count(&rgba, colour(Category::Free));
+    assert!(allocated > 2000, "allocated pixels: {allocated}");
+    assert!(free > 500, "inactive pixels: {free}");
+}
+
+#[test]
+fn headless_picture_of_a_pinned_block_with_its_frames() {
+    let run = snapshot_run(MAGMA);
+    let layer = layer_of(&run);
+    let (i, _) = chosen(&layer, &layer.devices[0]);
+    let picture = |pin: Option<usize>| {
+        let options = Options {
+            tab: Tab::Blocks,
+            ..Options::default()
+        };
+        let mut v = Viewer::new(vec![run.clone()], options, None);
+        v.blocks.pinned = pin;
+        let img = screenshot::render(&mut v, [1400, 900], WAIT).expect("renders");
+        assert_eq!(v.blocks.pinned, pin, "the pin survives the frames");
+        img
+    };
+    let plain = picture(None);
+    let pinned = picture(Some(i));
+    let out = std::env::var_os("FRAGPROBE_BLOCKS_SCREENSHOT")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| temp_dir("blocks-pinned").join("pinned.png"));
+    pinned.write_png(&out).unwrap();
+    // The white outline replaces some of the block's allocated-colour cells.
+    let blue =
+        |img: &fragprobe_viewer::gui::raster::Image| count(&img.rgba, colour(Category::Requested));
+    let white = |img: &fragprobe_viewer::gui::raster::Image| count(&img.rgba, egui::Color32::WHITE);
+    assert!(
+        blue(&pinned) + 20 < blue(&plain),
+        "outline over the block: {} vs {}",
+        blue(&pinned),
+        blue(&plain)
+    );
+    assert!(white(&pinned) > white(&plain) + 20);
+    run.stop();
+}
