@@ -27,6 +27,16 @@ impl std::fmt::Display for CodedError {
 
 impl std::error::Error for CodedError {}
 
+impl CodedError {
+    /// An error that exits with `code`.
+    pub fn new(code: u8, message: impl Into<String>) -> CodedError {
+        CodedError {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
 /// Maps a trace error to its exit code.
 pub fn coded(e: TraceError) -> CodedError {
     let code = match &e {

@@ -36,6 +36,8 @@ enum Command {
     /// Replay a PyTorch snapshot through a model of its caching allocator, or predict
     /// what other PYTORCH_CUDA_ALLOC_CONF settings would have done.
     Simulate(cmd::simulate::Args),
+    /// Run a command once per PYTORCH_CUDA_ALLOC_CONF under the probe and compare the runs.
+    Sweep(cmd::sweep::Args),
     /// Live device and process memory, like `watch -d nvidia-smi`.
     Watch(cmd::watch::Args),
     /// Log NVML samples to CSV/JSONL with threshold alerts.
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         Command::View(a) => cmd::view::run(a),
         Command::Import(a) => cmd::import::run(a),
         Command::Simulate(a) => cmd::simulate::run(a),
+        Command::Sweep(a) => cmd::sweep::run(a),
         Command::Watch(a) => cmd::watch::run(a),
         Command::Log(a) => cmd::log::run(a),
         Command::Plot(a) => cmd::plot::run(a),

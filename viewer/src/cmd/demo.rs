@@ -88,17 +88,186 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 
 type Malloc = unsafe extern "C" fn(*mut *mut c_void, usize) -> c_int;
 type Free = unsafe extern "C" fn(*mut c_void) -> c_int;
+type Reserve = unsafe extern "C" fn(*mut u64, usize, usize, u64, u64) -> c_int;
+type AddressFree = unsafe extern "C" fn(u64, usize) -> c_int;
+type Create = unsafe extern "C" fn(*mut u64, usize, *const AllocationProp, u64) -> c_int;
+type Map = unsafe extern "C" fn(u64, usize, usize, u64, u64) -> c_int;
+type SetAccess = unsafe extern "C" fn(u64, usize, *const AccessDesc, usize) -> c_int;
+type Unmap = unsafe extern "C" fn(u64, usize) -> c_int;
+type Release = unsafe extern "C" fn(u64) -> c_int;
+
+/// `CUmemLocation`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct Location {
+    kind: c_int,
+    id: c_int,
+}
+
+/// `CUmemAllocationProp` (CUDA 12 layout: type, handle types, location, win32 metadata,
+/// allocFlags).
+#[repr(C)]
+struct AllocationProp {
+    kind: c_int,
+    handle_types: c_int,
+    location: Location,
+    win32_metadata: *mut c_void,
+    alloc_flags: [u8; 8],
+}
+
+/// `CUmemAccessDesc`.
+#[repr(C)]
+struct AccessDesc {
+    location: Location,
+    flags: c_int,
+}
+
+const CU_MEM_ALLOCATION_TYPE_PINNED: c_int = 1;
+const CU_MEM_LOCATION_TYPE_DEVICE: c_int = 1;
+const CU_MEM_ACCESS_FLAGS_PROT_READWRITE: c_int = 3;
 
 struct Cuda {
     malloc: Malloc,
     free: Free,
 }
 
+/// The driver's virtual memory calls, for `expandable_segments:True`.
+struct Vmm {
+    reserve: Reserve,
+    address_free: AddressFree,
+    create: Create,
+    map: Map,
+    set_access: SetAccess,
+    unmap: Unmap,
+    release: Release,
+    /// The one reservation every segment is mapped into.
+    base: u64,
+    span: usize,
+    /// Free virtual ranges of the reservation: (offset, len), kept sorted and merged.
+    holes: Vec<(usize, usize)>,
+    /// Physical handle of each mapped offset.
+    handles: Vec<(usize, u64)>,
+}
+
+impl Vmm {
+    fn load(driver: &libloading::Library) -> anyhow::Result<Vmm> {
+        // SAFETY: the driver API's documented signatures (cuda.h, CUDA 12).
+        unsafe {
+            Ok(Vmm {
+                reserve: *driver.get::<Reserve>(b"cuMemAddressReserve\0")?,
+                address_free: *driver.get::<AddressFree>(b"cuMemAddressFree\0")?,
+                create: *driver.get::<Create>(b"cuMemCreate\0")?,
+                map: *driver.get::<Map>(b"cuMemMap\0")?,
+                set_access: *driver.get::<SetAccess>(b"cuMemSetAccess\0")?,
+                unmap: *driver.get::<Unmap>(b"cuMemUnmap\0")?,
+                release: *driver.get::<Release>(b"cuMemRelease\0")?,
+                base: 0,
+                span: 0,
+                holes: Vec::new(),
+                handles: Vec::new(),
+            })
+        }
+    }
+
+    /// Reserves twice the device's memory once, as PyTorch reserves generously up front.
+    fn start(&mut self, device_bytes: usize) -> bool {
+        let span = (2 * device_bytes).div_ceil(2 * MIB) * 2 * MIB;
+        let mut va = 0u64;
+        // SAFETY: valid out-pointer; alignment 0 and no fixed address.
+        let r = unsafe { (self.reserve)(&mut va, span, 0, 0, 0) };
+        if r != 0 {
+            return false;
+        }
+        self.base = va;
+        self.span = span;
+        self.holes = vec![(0, span)];
+        true
+    }
+
+    /// Maps `size` bytes of new physical memory at the first hole that fits.
+    fn map_segment(&mut self, size: usize) -> Option<*mut c_void> {
+        let i = self.holes.iter().position(|&(_, len)| len >= size)?;
+        let (off, len) = self.holes[i];
+        let loc = Location {
+            kind: CU_MEM_LOCATION_TYPE_DEVICE,
+            id: 0,
+        };
+        let prop = AllocationProp {
+            kind: CU_MEM_ALLOCATION_TYPE_PINNED,
+            handle_types: 0,
+            location: loc,
+            win32_metadata: std::ptr::null_mut(),
+            alloc_flags: [0; 8],
+        };
+        let mut h = 0u64;
+        // SAFETY: valid out-pointer and property struct.
+        if unsafe { (self.create)(&mut h, size, &prop, 0) } != 0 {
+            return None; // out of physical memory
+        }
+        let at = self.base + off as u64;
+        let access = AccessDesc {
+            location: loc,
+            flags: CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        };
+        // SAFETY: `at..at+size` lies in our reservation and is unmapped; `h` is ours.
+        let ok = unsafe {
+            (self.map)(at, size, 0, h, 0) == 0 && (self.set_access)(at, size, &access, 1) == 0
+        };
+        if !ok {
+            // SAFETY: `h` was created above and is not mapped.
+            unsafe { (self.release)(h) };
+            return None;
+        }
+        if len == size {
+            self.holes.remove(i);
+        } else {
+            self.holes[i] = (off + size, len - size);
+        }
+        self.handles.push((off, h));
+        Some(at as *mut c_void)
+    }
+
+    /// Unmaps a segment and gives its physical memory back.
+    fn unmap_segment(&mut self, p: *mut c_void, size: usize) {
+        let off = (p as u64 - self.base) as usize;
+        if let Some(i) = self.handles.iter().position(|&(o, _)| o == off) {
+            let (_, h) = self.handles.swap_remove(i);
+            // SAFETY: the range was mapped by `map_segment` with handle `h`.
+            unsafe {
+                (self.unmap)(p as u64, size);
+                (self.release)(h);
+            }
+        }
+        self.holes.push((off, size));
+        self.holes.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(self.holes.len());
+        for &(o, l) in &self.holes {
+            match merged.last_mut() {
+                Some((po, pl)) if *po + *pl == o => *pl += l,
+                _ => merged.push((o, l)),
+            }
+        }
+        self.holes = merged;
+    }
+
+    fn finish(&mut self) {
+        if self.span != 0 {
+            // SAFETY: the reservation made in `start`, with every mapping gone.
+            unsafe { (self.address_free)(self.base, self.span) };
+            self.span = 0;
+        }
+    }
+}
+
 const MIB: usize = 1 << 20;
 
-/// A toy caching allocator with PyTorch's segment rules.
+/// A toy caching allocator with PyTorch's segment rules; with `expandable_segments:True`
+/// in `PYTORCH_CUDA_ALLOC_CONF` its segments are mapped pages of one reservation
+/// (`cuMemCreate` + `cuMemMap`) that are unmapped when the cache is emptied, so physical
+/// memory is never stranded by where the virtual holes are.
 struct Caching<'a> {
     cuda: &'a Cuda,
+    vmm: Option<Vmm>,
     /// Cached (free) segments: (size, ptr).
     cache: Vec<(usize, *mut c_void)>,
 }
@@ -114,11 +283,23 @@ impl Caching<'_> {
         }
     }
 
-    fn raw(&self, size: usize) -> Option<*mut c_void> {
+    fn raw(&mut self, size: usize) -> Option<*mut c_void> {
+        if let Some(v) = &mut self.vmm {
+            return v.map_segment(size);
+        }
         let mut p = std::ptr::null_mut();
         // SAFETY: cudaMalloc with a valid out-pointer.
         let r = unsafe { (self.cuda.malloc)(&mut p, size) };
         (r == 0).then_some(p)
+    }
+
+    fn raw_free(&mut self, size: usize, p: *mut c_void) {
+        if let Some(v) = &mut self.vmm {
+            v.unmap_segment(p, size);
+        } else {
+            // SAFETY: p came from cudaMalloc and is not in use.
+            unsafe { (self.cuda.free)(p) };
+        }
     }
 
     fn malloc(&mut self, req: usize) -> Option<(usize, *mut c_void)> {
@@ -139,11 +320,23 @@ impl Caching<'_> {
     }
 
     fn empty_cache(&mut self) {
-        for (_, p) in self.cache.drain(..) {
-            // SAFETY: p came from cudaMalloc and is not in use.
-            unsafe { (self.cuda.free)(p) };
+        for (size, p) in std::mem::take(&mut self.cache) {
+            self.raw_free(size, p);
         }
     }
+}
+
+/// Whether the run asked for expandable segments (PyTorch's own parser rules).
+fn expandable_requested() -> bool {
+    let conf = ["PYTORCH_ALLOC_CONF", "PYTORCH_CUDA_ALLOC_CONF"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
+        .unwrap_or_default();
+    fragprobe_shared::torch::sim::Config::parse(
+        &conf,
+        fragprobe_shared::torch::sim::Version::DEFAULT,
+    )
+    .is_ok_and(|c| c.expandable_segments)
 }
 
 /// The workload `fragprobe demo` runs under the probe (hidden subcommand).
@@ -159,8 +352,33 @@ pub fn workload(iterations: u32) -> anyhow::Result<ExitCode> {
             free: *lib.get::<Free>(b"cudaFree\0")?,
         }
     };
+    type MemGetInfo = unsafe extern "C" fn(*mut usize, *mut usize) -> c_int;
+    // SAFETY: documented signature; cudaFree(NULL) initialises the primary context.
+    let (free_b, total_b) = unsafe {
+        (cuda.free)(std::ptr::null_mut());
+        let info = *lib.get::<MemGetInfo>(b"cudaMemGetInfo\0")?;
+        let (mut f, mut t) = (0usize, 0usize);
+        info(&mut f, &mut t);
+        (f, t)
+    };
+    let _ = free_b;
+    let mut vmm = None;
+    // The driver library stays loaded until the workload returns.
+    let driver;
+    if expandable_requested() {
+        // SAFETY: loading the CUDA driver (the simulated one under `fragprobe demo`).
+        driver = unsafe { libloading::Library::new("libcuda.so.1") }
+            .map_err(|e| anyhow::anyhow!("cannot load libcuda.so.1 ({e})"))?;
+        let mut v = Vmm::load(&driver)?;
+        anyhow::ensure!(
+            v.start(total_b),
+            "cuMemAddressReserve failed: expandable segments unavailable"
+        );
+        vmm = Some(v);
+    }
     let mut alloc = Caching {
         cuda: &cuda,
+        vmm,
         cache: Vec::new(),
     };
     // Weights: persistent medium tensors, each in its own 20 MiB segment.
@@ -193,9 +411,11 @@ pub fn workload(iterations: u32) -> anyhow::Result<ExitCode> {
         ),
     }
     alloc.empty_cache();
-    for (_, p) in persistent {
-        // SAFETY: pointers from cudaMalloc, freed once.
-        unsafe { (cuda.free)(p) };
+    for (size, p) in persistent {
+        alloc.raw_free(size, p);
+    }
+    if let Some(v) = &mut alloc.vmm {
+        v.finish();
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -12,6 +12,7 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod simulate;
+pub mod sweep;
 pub mod view;
 pub mod watch;
 

@@ -1,11 +1,15 @@
 //! `fragprobe run` and `fragprobe record`: start a command under the probe and record it.
 
 use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-use crate::record::{default_trace_name, shell_code, ModelSink, Session, SessionOptions};
-use crate::report::print_summary;
+use crate::record::{
+    default_trace_name, shell_code, ModelSink, Session, SessionOptions, SpawnError,
+};
+use crate::report::{print_summary, Report};
 
 /// Options of `fragprobe run`.
 #[derive(clap::Args, Debug, Clone)]
@@ -61,19 +65,32 @@ impl Args {
     }
 }
 
-/// Runs a session to completion, printing the summary; returns the command's exit code.
-pub fn run_session(
+/// What one recorded run produced.
+pub struct Outcome {
+    /// The command's exit code as a shell reports it (128+N for signal N).
+    pub code: u8,
+    /// The signal that killed the command, if one did.
+    pub signal: Option<i32>,
+    /// The end-of-run report built from the recorded model.
+    pub report: Report,
+    /// The trace file written, if any.
+    pub trace: Option<PathBuf>,
+    /// How many probed processes wrote a ring.
+    pub rings_seen: usize,
+    /// Wall-clock time from start to the command's exit.
+    pub wall: Duration,
+}
+
+/// Runs a session to completion without printing anything; `Ok(Err(_))` when the command
+/// could not be started (the shell's 126/127, with its message).
+pub fn record_session(
     opts: &SessionOptions,
-    quiet: bool,
-    json: bool,
     view: bool,
-) -> anyhow::Result<ExitCode> {
+) -> anyhow::Result<Result<Outcome, SpawnError>> {
+    let started = Instant::now();
     let mut session = match Session::start(opts)? {
         Ok(s) => s,
-        Err(e) => {
-            eprintln!("{}", e.message);
-            return Ok(ExitCode::from(e.code));
-        }
+        Err(e) => return Ok(Err(e)),
     };
     let mut sink = ModelSink::default();
     let status = if view && display_available() {
@@ -112,31 +129,56 @@ pub fn run_session(
         session.cleanup();
         st?
     };
-    let code = shell_code(&status);
+    let wall = started.elapsed();
     let source = session
         .trace
         .as_ref()
         .map(|p| p.display().to_string())
         .unwrap_or_else(|| "(live)".into());
-    let report = sink.report(&source);
-    if !opts.no_probe && session.recorder.rings_seen() == 0 && !quiet {
-        eprintln!(
-            "fragprobe: no process of `{}` used CUDA under the probe (if it did, the loader may have dropped libfragprobe.so: run with LD_DEBUG=libs to see why)",
-            opts.command.first().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
-        );
+    Ok(Ok(Outcome {
+        code: shell_code(&status),
+        signal: status.signal(),
+        report: sink.report(&source),
+        trace: session.trace.clone(),
+        rings_seen: session.recorder.rings_seen(),
+        wall,
+    }))
+}
+
+/// Runs a session to completion, printing the summary; returns the command's exit code.
+pub fn run_session(
+    opts: &SessionOptions,
+    quiet: bool,
+    json: bool,
+    view: bool,
+) -> anyhow::Result<ExitCode> {
+    let out = match record_session(opts, view)? {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{}", e.message);
+            return Ok(ExitCode::from(e.code));
+        }
+    };
+    if !opts.no_probe && out.rings_seen == 0 && !quiet {
+        warn_no_ring(opts);
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+        println!("{}", serde_json::to_string_pretty(&out.report)?);
     } else if !quiet && !opts.no_probe {
-        print_summary(&report, session.trace.as_deref());
+        print_summary(&out.report, out.trace.as_deref());
     }
-    {
-        use std::os::unix::process::ExitStatusExt;
-        if let Some(sig) = status.signal() {
-            eprintln!("fragprobe: the command was killed by signal {sig}");
-        }
+    if let Some(sig) = out.signal {
+        eprintln!("fragprobe: the command was killed by signal {sig}");
     }
-    Ok(ExitCode::from(code))
+    Ok(ExitCode::from(out.code))
+}
+
+/// Says that no process of the command wrote a ring, and how to find out why.
+pub fn warn_no_ring(opts: &SessionOptions) {
+    eprintln!(
+        "fragprobe: no process of `{}` used CUDA under the probe (if it did, the loader may have dropped libfragprobe.so: run with LD_DEBUG=libs to see why)",
+        opts.command.first().map(|c| c.to_string_lossy().into_owned()).unwrap_or_default()
+    );
 }
 
 /// Whether a window can be opened.

@@ -8,8 +8,8 @@ use super::text::bytes;
 use super::Report;
 
 /// Whether smaller or larger is better for a row.
-#[derive(Clone, Copy)]
-enum Better {
+#[derive(Clone, Copy, Debug)]
+pub enum Better {
     Lower,
     Higher,
 }
@@ -23,6 +23,34 @@ pub struct Row {
     pub values: Vec<f64>,
     /// Index of the best run (None when all are equal).
     pub best: Option<usize>,
+    /// Whether the values are byte counts (drawn as KiB/MiB/GiB).
+    #[serde(skip)]
+    pub bytes: bool,
+}
+
+impl Row {
+    /// A row whose best value is the lowest or highest (none when all are equal). NaN
+    /// stands for "not applicable to this run" (drawn `n/a`, `null` in JSON) and is never
+    /// the best.
+    pub fn new(figure: &str, better: Better, values: Vec<f64>, bytes: bool) -> Row {
+        let known: Vec<f64> = values.iter().copied().filter(|v| !v.is_nan()).collect();
+        let all_equal = known.windows(2).all(|w| w[0] == w[1]);
+        let best = if all_equal || known.is_empty() {
+            None
+        } else {
+            let it = values.iter().enumerate().filter(|(_, v)| !v.is_nan());
+            match better {
+                Better::Lower => it.min_by(|a, b| a.1.total_cmp(b.1)).map(|x| x.0),
+                Better::Higher => it.max_by(|a, b| a.1.total_cmp(b.1)).map(|x| x.0),
+            }
+        };
+        Row {
+            figure: figure.to_string(),
+            values,
+            best,
+            bytes,
+        }
+    }
 }
 
 /// The comparison.
@@ -88,7 +116,14 @@ fn rows() -> Vec<RowSpec> {
         (
             "smallest largest free block",
             Better::Higher,
-            |r| r.fragmentation.min_largest_free_block as f64,
+            |r| {
+                // No arena (only VMM or managed memory): no free block to speak of.
+                if r.devices.iter().all(|d| d.min_largest_free_block.is_none()) {
+                    f64::NAN
+                } else {
+                    r.fragmentation.min_largest_free_block as f64
+                }
+            },
             true,
         ),
         (
@@ -141,23 +176,8 @@ pub fn compare(reports: &[Report]) -> Comparison {
     }
     let rows = rows()
         .into_iter()
-        .map(|(name, better, f, _)| {
-            let values: Vec<f64> = reports.iter().map(f).collect();
-            let all_equal = values.windows(2).all(|w| w[0] == w[1]);
-            let best = if all_equal || values.is_empty() {
-                None
-            } else {
-                let it = values.iter().enumerate();
-                match better {
-                    Better::Lower => it.min_by(|a, b| a.1.total_cmp(b.1)).map(|x| x.0),
-                    Better::Higher => it.max_by(|a, b| a.1.total_cmp(b.1)).map(|x| x.0),
-                }
-            };
-            Row {
-                figure: name.to_string(),
-                values,
-                best,
-            }
+        .map(|(name, better, f, bytes)| {
+            Row::new(name, better, reports.iter().map(f).collect(), bytes)
         })
         .collect();
     Comparison {
@@ -170,7 +190,6 @@ pub fn compare(reports: &[Report]) -> Comparison {
 
 /// The table as text; the best value of each row is marked with `*`.
 pub fn render(c: &Comparison) -> String {
-    let is_bytes: Vec<bool> = rows().iter().map(|r| r.3).collect();
     let w0 = c
         .rows
         .iter()
@@ -181,13 +200,15 @@ pub fn render(c: &Comparison) -> String {
     let cells: Vec<Vec<String>> = c
         .rows
         .iter()
-        .zip(is_bytes.iter())
-        .map(|(r, &b)| {
+        .map(|r| {
+            let b = r.bytes;
             r.values
                 .iter()
                 .enumerate()
                 .map(|(i, v)| {
-                    let s = if b {
+                    let s = if v.is_nan() {
+                        "n/a".to_string()
+                    } else if b {
                         bytes(*v as u64)
                     } else if v.fract() != 0.0 {
                         format!("{v:.3}")
@@ -228,4 +249,47 @@ pub fn render(c: &Comparison) -> String {
     }
     o.push_str("(* = better)\n");
     o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn best_ignores_not_applicable_values() {
+        let r = Row::new("x", Better::Higher, vec![f64::NAN, 5.0, 7.0], true);
+        assert_eq!(r.best, Some(2));
+        let r = Row::new("x", Better::Lower, vec![f64::NAN, 5.0, 7.0], false);
+        assert_eq!(r.best, Some(1));
+        // one known value, or all equal: nothing is better
+        assert_eq!(
+            Row::new("x", Better::Lower, vec![f64::NAN, 5.0], false).best,
+            None
+        );
+        assert_eq!(
+            Row::new("x", Better::Lower, vec![3.0, 3.0], false).best,
+            None
+        );
+        assert_eq!(Row::new("x", Better::Lower, vec![], false).best, None);
+    }
+
+    #[test]
+    fn not_applicable_is_drawn_and_serialized_as_such() {
+        let c = Comparison {
+            format_version: 1,
+            labels: vec!["a".into(), "b".into()],
+            sources: vec!["a.fpt".into(), "b.fpt".into()],
+            rows: vec![Row::new(
+                "smallest largest free block",
+                Better::Higher,
+                vec![f64::NAN, 2048.0],
+                true,
+            )],
+        };
+        let text = render(&c);
+        assert!(text.contains("n/a"), "{text}");
+        assert!(text.contains("2.00 KiB"), "{text}");
+        let json = serde_json::to_value(&c).unwrap();
+        assert!(json["rows"][0]["values"][0].is_null());
+    }
 }
