@@ -1,17 +1,16 @@
-//! The arena of one space: live plain/pitch/async regions by address, and the multiset of
-//! the free blocks between them, both updated in O(log n) per allocation or free.
+//! The arena of one space: live plain/pitch/async regions by address with the free block
+//! after each, updated in O(log n) per allocation or free.
 //!
-//! Each region stores `gap_after`, the free bytes from its end to the next region's start
-//! (for the last region: to the arena's end); the bytes before the first region are `head`.
-//! Inserting into a gap needs only the region before it; removing needs only the region
-//! before it. Non-zero gaps are kept in a max-heap with lazy deletion ([`Gaps`]) whose top
-//! is the largest free block.
+//! The regions are a [`RegionTree`]: each entry stores the free bytes from its region's end
+//! to the next region's start (for the last region: to the arena's end), and the tree keeps
+//! the largest of them at its root. The bytes before the first region are `head`. Inserting
+//! into a gap changes only the region before it; removing changes only the region before it;
+//! both are found by the same descent. The number of non-zero gaps is counted as they
+//! change.
 
-use std::collections::BTreeMap;
-
-use super::gaps::Gaps;
 use super::metrics::ArenaFigures;
 use super::region::Region;
+use super::tree::RegionTree;
 
 /// What an insertion did.
 #[derive(Debug, PartialEq, Eq)]
@@ -31,16 +30,15 @@ pub(crate) enum Insert {
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Arena {
-    pub(crate) regions: BTreeMap<u64, Region>,
-    gaps: Gaps,
+    pub(crate) regions: RegionTree,
     seen: bool,
     base: u64,
     high: u64,
     capacity: u64,
     head: u64,
-    first: u64,
-    last: u64,
     live: u64,
+    /// Non-zero gaps, `head` included.
+    blocks: u64,
 }
 
 impl Arena {
@@ -67,8 +65,8 @@ impl Arena {
             end,
             live: self.live,
             regions: self.regions.len() as u64,
-            free_blocks: self.gaps.count(),
-            largest_free: self.gaps.largest(),
+            free_blocks: self.blocks,
+            largest_free: self.head.max(self.regions.max_gap()),
             total_free: end - self.base - self.live,
         })
     }
@@ -76,6 +74,18 @@ impl Arena {
     /// Bytes free before the first live region (the whole arena when none is live).
     pub(crate) fn head(&self) -> u64 {
         self.head
+    }
+
+    /// Counts a gap going from `old` to `new` bytes.
+    #[inline]
+    fn count(&mut self, old: u64, new: u64) {
+        self.blocks = self.blocks + u64::from(new > 0) - u64::from(old > 0);
+    }
+
+    #[inline]
+    fn set_head(&mut self, h: u64) {
+        self.count(self.head, h);
+        self.head = h;
     }
 
     /// Sets the device's total bytes (0 = unknown).
@@ -92,23 +102,23 @@ impl Arena {
 
     /// Moves the arena's bounds; only the head gap and the last region's gap change.
     fn rebound(&mut self, base: u64, high: u64, cap: u64) {
-        self.gaps.del(self.head);
         let end = base.saturating_add(cap).max(high);
-        if self.regions.is_empty() {
-            self.head = end - base;
-        } else {
-            if let Some(l) = self.regions.get_mut(&self.last) {
-                self.gaps.del(l.gap_after);
-                // last + size ≤ high ≤ end: `high` is the highest end ever seen.
-                l.gap_after = end - (self.last + l.size);
-                self.gaps.add(l.gap_after);
+        match self.regions.last() {
+            None => self.set_head(end - base),
+            Some(c) => {
+                if let Some((last, r, g)) = self.regions.at(&c) {
+                    // last + size ≤ high ≤ end: `high` is the highest end ever seen.
+                    let ng = end - (last + r.size);
+                    self.count(g, ng);
+                    self.regions.set_gap(&c, ng);
+                }
+                let first = self.regions.iter().next().map_or(base, |e| e.0);
+                self.set_head(first - base);
             }
-            self.head = self.first - base;
         }
         self.base = base;
         self.high = high;
         self.capacity = cap;
-        self.gaps.add(self.head);
     }
 
     /// Adds a region at `a` (`r.size > 0`, `a + r.size` must not overflow: the caller clamps).
@@ -118,21 +128,13 @@ impl Arena {
             self.seen = true;
             self.base = a;
             self.high = e;
-            self.head = self.end() - a;
-            self.gaps.add(self.head);
+            self.set_head(self.end() - a);
         } else if a < self.base || e > self.high {
-            if self.regions.get(&a).is_some_and(|x| x.seq == r.seq) {
+            if self.regions.get(a).is_some_and(|x| x.seq == r.seq) {
                 return Insert::Duplicate;
             }
             self.rebound(self.base.min(a), self.high.max(e), self.capacity);
         }
-        let out = self.try_insert_or_replace(a, e, r);
-        self.tidy();
-        out
-    }
-
-    #[inline]
-    fn try_insert_or_replace(&mut self, a: u64, e: u64, r: Region) -> Insert {
         match self.try_insert(a, r) {
             Ok(true) => Insert::Inserted,
             Ok(false) => Insert::Duplicate,
@@ -141,7 +143,7 @@ impl Arena {
                 let double = starts.contains(&a);
                 let mut removed = Vec::with_capacity(starts.len());
                 for s in starts {
-                    if let Some(x) = self.remove_inner(s) {
+                    if let Some(x) = self.remove(s) {
                         removed.push((s, x));
                     }
                 }
@@ -155,134 +157,92 @@ impl Arena {
     /// Inserts when `[a, a + size)` lies in one gap: `Ok(true)`. `Ok(false)`: a duplicate
     /// (same address and seq). `Err`: it overlaps a live region.
     #[inline]
-    fn try_insert(&mut self, a: u64, mut r: Region) -> Result<bool, Region> {
+    fn try_insert(&mut self, a: u64, r: Region) -> Result<bool, Region> {
         let e = a + r.size;
-        let last = self.last;
-        let nonempty = !self.regions.is_empty();
-        let end = self.end();
-        match self.regions.range_mut(..=a).next_back() {
-            Some((&ps, pr)) => {
-                if ps == a {
-                    return if pr.seq == r.seq { Ok(false) } else { Err(r) };
-                }
-                let pend = ps + pr.size;
-                if pend > a {
-                    return Err(r);
-                }
-                let next = pend + pr.gap_after;
-                if ps != last && next < e {
-                    return Err(r);
-                }
-                let g = pr.gap_after;
-                pr.gap_after = a - pend;
-                r.gap_after = next - e;
-                self.gaps.del(g);
-                self.gaps.add(pr.gap_after);
-                self.gaps.add(r.gap_after);
-                if ps == last {
-                    self.last = a;
-                }
-            }
-            None => {
-                let next = if nonempty {
-                    if self.first < e {
-                        return Err(r);
-                    }
-                    self.first
-                } else {
-                    end
-                };
-                let g = self.head;
-                self.head = a - self.base;
-                r.gap_after = next - e;
-                self.gaps.del(g);
-                self.gaps.add(self.head);
-                self.gaps.add(r.gap_after);
-                self.first = a;
-                if !nonempty {
-                    self.last = a;
-                }
+        let c = self.regions.seek(a);
+        let at = self.regions.at(&c).map(|(k, x, _)| (k, x.seq));
+        if let Some((k, seq)) = at {
+            if k == a {
+                return if seq == r.seq { Ok(false) } else { Err(r) };
             }
         }
+        let g = match self.regions.before(&c) {
+            Some(pc) => {
+                let Some((ps, pr, pg)) = self.regions.at(&pc) else {
+                    return Err(r);
+                };
+                let pend = ps + pr.size;
+                let next = pend + pg;
+                if pend > a || next < e {
+                    return Err(r);
+                }
+                self.count(pg, a - pend);
+                self.regions.set_gap(&pc, a - pend);
+                next - e
+            }
+            None => {
+                // `at` is the first region, if any.
+                let next = match at {
+                    Some((k, _)) if k < e => return Err(r),
+                    Some((k, _)) => k,
+                    None => self.end(),
+                };
+                self.set_head(a - self.base);
+                next - e
+            }
+        };
+        self.count(0, g);
         self.live += r.size;
-        self.regions.insert(a, r);
+        self.regions.insert_at(c, a, r, g);
         Ok(true)
     }
 
     /// Starts of the live regions overlapping `[a, e)`.
     fn overlapping(&self, a: u64, e: u64) -> Vec<u64> {
         let mut v = Vec::new();
-        if let Some((&ps, pr)) = self.regions.range(..a).next_back() {
+        if let Some((ps, pr, _)) = self.regions.below(a) {
             if ps + pr.size > a {
                 v.push(ps);
             }
         }
-        v.extend(self.regions.range(a..e).map(|(k, _)| *k));
+        v.extend(self.regions.from(a).take_while(|x| x.0 < e).map(|x| x.0));
         v
-    }
-
-    /// Drops removed sizes from the gap heap once they outnumber the live ones.
-    #[inline]
-    fn tidy(&mut self) {
-        if self.gaps.needs_rebuild() {
-            self.rebuild_gaps();
-        }
-    }
-
-    #[cold]
-    #[inline(never)]
-    fn rebuild_gaps(&mut self) {
-        let live = std::iter::once(self.head).chain(self.regions.values().map(|r| r.gap_after));
-        self.gaps.rebuild(live);
     }
 
     /// Removes the region starting exactly at `a`.
     #[inline]
     pub(crate) fn remove(&mut self, a: u64) -> Option<Region> {
-        let r = self.remove_inner(a)?;
-        self.tidy();
-        Some(r)
-    }
-
-    #[inline]
-    fn remove_inner(&mut self, a: u64) -> Option<Region> {
-        let r = self.regions.remove(&a)?;
-        self.live -= r.size;
-        // a + size + gap_after ≤ end, so this cannot overflow.
-        let merged = r.size + r.gap_after;
-        match self.regions.range_mut(..a).next_back() {
-            Some((&ps, pr)) => {
-                self.gaps.del(pr.gap_after);
-                self.gaps.del(r.gap_after);
-                pr.gap_after += merged;
-                self.gaps.add(pr.gap_after);
-                if a == self.last {
-                    self.last = ps;
-                }
-            }
-            None => {
-                self.gaps.del(self.head);
-                self.gaps.del(r.gap_after);
-                self.head += merged;
-                self.gaps.add(self.head);
-                if !self.regions.is_empty() {
-                    self.first = a + merged;
-                }
-            }
+        let c = self.regions.seek(a);
+        let (k, &r, g) = self.regions.at(&c)?;
+        if k != a {
+            return None;
         }
+        self.live -= r.size;
+        // a + size + gap ≤ end, so this cannot overflow.
+        let merged = r.size + g;
+        self.count(g, 0);
+        match self.regions.before(&c) {
+            Some(pc) => {
+                if let Some((_, _, pg)) = self.regions.at(&pc) {
+                    self.count(pg, pg + merged);
+                    self.regions.set_gap(&pc, pg + merged);
+                }
+            }
+            None => self.set_head(self.head + merged),
+        }
+        self.regions.remove_at(c);
         Some(r)
     }
 
     /// Removes every region; the arena's bounds stay (they are "ever seen").
-    pub(crate) fn clear(&mut self) -> BTreeMap<u64, Region> {
-        let out = std::mem::take(&mut self.regions);
-        self.gaps.clear();
+    pub(crate) fn clear(&mut self) {
+        self.regions.clear();
         self.live = 0;
+        self.blocks = 0;
+        self.head = 0;
         if self.seen {
-            self.head = self.end() - self.base;
-            self.gaps.add(self.head);
+            self.set_head(self.end() - self.base);
         }
-        out
     }
 
     /// Rebuilds an arena from stored parts (checkpoint restore). Regions must be sorted,
@@ -311,42 +271,26 @@ impl Arena {
         a.base = base;
         a.high = high;
         let end = a.end();
-        let mut prev: Option<u64> = None;
         let mut cursor = base;
-        for (addr, mut r) in regions {
+        let n = regions.len();
+        for (i, &(addr, r)) in regions.iter().enumerate() {
             if r.size == 0 || addr < cursor || r.size > high - addr.min(high) || addr > high {
                 return Err("arena regions overlap or lie outside the arena");
             }
-            let gap = addr - cursor;
-            match prev {
-                None => {
-                    a.head = gap;
-                    a.first = addr;
-                }
-                Some(p) => {
-                    if let Some(pr) = a.regions.get_mut(&p) {
-                        pr.gap_after = gap;
-                    }
-                }
+            if i == 0 {
+                a.set_head(addr - base);
             }
-            a.gaps.add(gap);
-            r.gap_after = 0;
+            let next = regions.get(i + 1).map_or(end, |x| x.0);
+            let g = next.saturating_sub(addr + r.size);
+            a.count(0, g);
             a.live += r.size;
             cursor = addr + r.size;
-            a.last = addr;
-            prev = Some(addr);
-            a.regions.insert(addr, r);
+            let c = a.regions.seek(addr);
+            a.regions.insert_at(c, addr, r, g);
         }
-        let tail = end - cursor;
-        match prev {
-            None => a.head = tail,
-            Some(p) => {
-                if let Some(pr) = a.regions.get_mut(&p) {
-                    pr.gap_after = tail;
-                }
-            }
+        if n == 0 {
+            a.set_head(end - base);
         }
-        a.gaps.add(tail);
         Ok(a)
     }
 }
@@ -359,7 +303,6 @@ mod tests {
     fn reg(size: u64, seq: u64) -> Region {
         Region {
             size,
-            gap_after: 0,
             seq,
             ts_ns: 0,
             aux: 0,
@@ -428,11 +371,10 @@ mod tests {
             a.insert(*addr, reg(*size, i as u64));
         }
         let (seen, base, high) = a.bounds();
-        let parts = a.regions.iter().map(|(k, v)| (*k, *v)).collect();
+        let parts = a.regions.iter().map(|(k, v, _)| (k, *v)).collect();
         let b = Arena::from_parts(seen, base, high, 10_000, parts).unwrap();
         assert_eq!(a.figures(), b.figures());
         assert_eq!(a.regions, b.regions);
-        assert_eq!(a.gaps.sorted(), b.gaps.sorted());
-        assert_eq!(a.head, b.head);
+        assert_eq!((a.head, a.blocks), (b.head, b.blocks));
     }
 }

@@ -339,7 +339,6 @@ impl Dec<'_> {
         let a = self.u()?;
         let r = Region {
             size: self.u()?,
-            gap_after: 0,
             seq: self.u()?,
             ts_ns: self.u()?,
             aux: self.u()?,
@@ -561,7 +560,7 @@ impl Model {
             e.u(base);
             e.u(high);
             e.u(s.arena.regions.len() as u64);
-            for (&a, r) in &s.arena.regions {
+            for (a, r, _) in s.arena.regions.iter() {
                 e.region(a, r);
             }
             e.u(s.other.len() as u64);

@@ -79,11 +79,11 @@
 //!
 //! # Cost
 //!
-//! Every event costs O(log n) in the live objects of its space: regions are kept in a
-//! `BTreeMap` by address, each with the free gap after it, and non-zero gaps in a max-heap
-//! with lazy deletion whose top is the largest free block (amortized: the heap is rebuilt
-//! from the regions, O(n), once removed gaps outnumber live ones). Totals, peaks and
-//! series points are updated in O(1) per touched space and device.
+//! Every event costs O(log n) in the live objects of its space: arena regions are kept in a
+//! B+tree by address, each with the free gap after it, whose inner nodes keep the largest
+//! gap below each child, so one descent finds a region's neighbour and the root gives the
+//! largest free block. Totals, peaks and series points are updated in O(1) per touched
+//! space and device.
 //!
 //! # Anomalies and resyncs
 //!
@@ -107,7 +107,6 @@ mod anomalies;
 mod arena;
 mod checkpoint;
 mod device;
-mod gaps;
 mod hash;
 mod lifecycle;
 mod metrics;
@@ -118,6 +117,7 @@ mod region;
 mod resync;
 mod series;
 mod space;
+mod tree;
 mod verdict;
 mod vmm;
 

@@ -31,7 +31,6 @@ impl Model {
         let s = self.space_of(rec.pid, rec.device);
         let r = Region {
             size,
-            gap_after: 0,
             seq: rec.seq,
             ts_ns: rec.ts_ns,
             aux: rec.aux,

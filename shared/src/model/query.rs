@@ -99,14 +99,27 @@ impl Model {
         if hi <= lo {
             return out;
         }
-        for map in [&sp.arena.regions, &sp.other] {
-            if let Some((&a, r)) = map.range(..lo).next_back() {
-                if a + r.size > lo {
-                    out.push(view(r.kind, a, r, space));
-                }
+        let tree = &sp.arena.regions;
+        if let Some((a, r, _)) = tree.below(lo) {
+            if a + r.size > lo {
+                out.push(view(r.kind, a, r, space));
             }
-            out.extend(map.range(lo..hi).map(|(&a, r)| view(r.kind, a, r, space)));
         }
+        out.extend(
+            tree.from(lo)
+                .take_while(|e| e.0 < hi)
+                .map(|(a, r, _)| view(r.kind, a, r, space)),
+        );
+        if let Some((&a, r)) = sp.other.range(..lo).next_back() {
+            if a + r.size > lo {
+                out.push(view(r.kind, a, r, space));
+            }
+        }
+        out.extend(
+            sp.other
+                .range(lo..hi)
+                .map(|(&a, r)| view(r.kind, a, r, space)),
+        );
         if let Some(pr) = self.processes.get(sp.process as usize) {
             let v = &pr.vmm;
             let first = v
@@ -214,11 +227,14 @@ impl Model {
             out.push(head);
         }
         let regions = &sp.arena.regions;
-        let before = regions.range(..lo).next_back();
-        for (&a, r) in before.into_iter().chain(regions.range(lo..hi)) {
+        let before = regions.below(lo);
+        for (a, r, gap) in before
+            .into_iter()
+            .chain(regions.from(lo).take_while(|e| e.0 < hi))
+        {
             let g = Gap {
                 addr: a + r.size,
-                size: r.gap_after,
+                size: gap,
             };
             if overlaps(&g) {
                 out.push(g);
@@ -231,11 +247,14 @@ impl Model {
     /// a mapping, else a reservation.
     pub fn region_at(&self, space: SpaceId, addr: u64) -> Option<RegionView> {
         let sp = self.space(space)?;
-        for map in [&sp.arena.regions, &sp.other] {
-            if let Some((&a, r)) = map.range(..=addr).next_back() {
-                if addr < a + r.size {
-                    return Some(view(r.kind, a, r, space));
-                }
+        if let Some((a, r, _)) = sp.arena.regions.at_or_below(addr) {
+            if addr < a + r.size {
+                return Some(view(r.kind, a, r, space));
+            }
+        }
+        if let Some((&a, r)) = sp.other.range(..=addr).next_back() {
+            if addr < a + r.size {
+                return Some(view(r.kind, a, r, space));
             }
         }
         let hit = self.regions_in(space, addr, addr.saturating_add(1));

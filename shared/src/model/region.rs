@@ -74,13 +74,11 @@ pub struct When {
     pub pid: u32,
 }
 
-/// A live pointer region (arena or managed/imported map). `gap_after` is used by the arena
-/// only: the free bytes between this region's end and the next region's start (or the
-/// arena's end for the last region).
+/// A live pointer region (arena or managed/imported map). The arena keeps the free gap after
+/// each region next to it (see `RegionTree`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Region {
     pub size: u64,
-    pub gap_after: u64,
     pub seq: u64,
     pub ts_ns: u64,
     pub aux: u64,

@@ -1,0 +1,824 @@
+//! The ordered map of an arena: address → region, plus the free gap after each region, in a
+//! B+tree whose inner nodes also keep the largest gap of each child's subtree.
+//!
+//! One descent finds a region or the position of a new one together with the path from the
+//! root, so its neighbour (the region whose gap it splits or grows) is one step away, and
+//! the largest gap of the whole arena is read at the root. Nodes live in two `Vec`s and
+//! refer to each other by `u32` index; leaves hold up to [`LB`] entries in sorted arrays and
+//! are linked left to right for iteration. Every operation is O(log n): a leaf or inner
+//! node falling below a quarter full is merged with, or refilled from, a sibling.
+
+use super::region::Region;
+
+/// Entries per leaf.
+const LB: usize = 16;
+/// Children per inner node.
+const IB: usize = 16;
+/// A non-root leaf with fewer entries is merged or refilled.
+const LMIN: usize = LB / 4;
+/// A non-root inner node with fewer children is merged or refilled.
+const IMIN: usize = IB / 4;
+/// Deepest path: with at least [`IMIN`] children per inner node below the root this holds
+/// far more than `u32::MAX` leaves.
+const MAXD: usize = 24;
+/// No node.
+const NIL: u32 = u32::MAX;
+
+const BLANK: Region = Region {
+    size: 0,
+    seq: 0,
+    ts_ns: 0,
+    aux: 0,
+    aux2: 0,
+    api: 0,
+    kind: super::region::RegionKind::Device,
+};
+
+#[derive(Clone, Debug)]
+struct Leaf {
+    n: usize,
+    /// The next leaf to the right ([`NIL`] for the last).
+    next: u32,
+    keys: [u64; LB],
+    gaps: [u64; LB],
+    vals: [Region; LB],
+}
+
+impl Leaf {
+    fn new() -> Leaf {
+        Leaf {
+            n: 0,
+            next: NIL,
+            keys: [0; LB],
+            gaps: [0; LB],
+            vals: [BLANK; LB],
+        }
+    }
+    #[inline]
+    fn max(&self) -> u64 {
+        self.gaps[..self.n].iter().copied().max().unwrap_or(0)
+    }
+    #[inline]
+    fn insert(&mut self, i: usize, k: u64, r: Region, g: u64) {
+        let n = self.n;
+        self.keys.copy_within(i..n, i + 1);
+        self.gaps.copy_within(i..n, i + 1);
+        self.vals.copy_within(i..n, i + 1);
+        self.keys[i] = k;
+        self.gaps[i] = g;
+        self.vals[i] = r;
+        self.n += 1;
+    }
+    #[inline]
+    fn remove(&mut self, i: usize) {
+        let n = self.n;
+        self.keys.copy_within(i + 1..n, i);
+        self.gaps.copy_within(i + 1..n, i);
+        self.vals.copy_within(i + 1..n, i);
+        self.n -= 1;
+    }
+    /// Moves entries `[from, n)` to the end of `to`.
+    fn move_tail(&mut self, from: usize, to: &mut Leaf) {
+        let (n, m) = (self.n, to.n);
+        let k = n - from;
+        to.keys[m..m + k].copy_from_slice(&self.keys[from..n]);
+        to.gaps[m..m + k].copy_from_slice(&self.gaps[from..n]);
+        to.vals[m..m + k].copy_from_slice(&self.vals[from..n]);
+        to.n += k;
+        self.n = from;
+    }
+    /// Moves the first `k` entries of `self` to the end of `to`.
+    fn move_head(&mut self, k: usize, to: &mut Leaf) {
+        let (n, m) = (self.n, to.n);
+        to.keys[m..m + k].copy_from_slice(&self.keys[..k]);
+        to.gaps[m..m + k].copy_from_slice(&self.gaps[..k]);
+        to.vals[m..m + k].copy_from_slice(&self.vals[..k]);
+        to.n += k;
+        self.keys.copy_within(k..n, 0);
+        self.gaps.copy_within(k..n, 0);
+        self.vals.copy_within(k..n, 0);
+        self.n -= k;
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Inner {
+    n: usize,
+    /// `keys[i]` (i ≥ 1) is ≤ every key under child `i` and > every key under child `i − 1`.
+    keys: [u64; IB],
+    kids: [u32; IB],
+    /// The largest gap under each child.
+    maxg: [u64; IB],
+}
+
+impl Inner {
+    fn new() -> Inner {
+        Inner {
+            n: 0,
+            keys: [0; IB],
+            kids: [NIL; IB],
+            maxg: [0; IB],
+        }
+    }
+    #[inline]
+    fn max(&self) -> u64 {
+        self.maxg[..self.n].iter().copied().max().unwrap_or(0)
+    }
+    #[inline]
+    fn insert(&mut self, i: usize, k: u64, kid: u32, g: u64) {
+        let n = self.n;
+        self.keys.copy_within(i..n, i + 1);
+        self.kids.copy_within(i..n, i + 1);
+        self.maxg.copy_within(i..n, i + 1);
+        self.keys[i] = k;
+        self.kids[i] = kid;
+        self.maxg[i] = g;
+        self.n += 1;
+    }
+    #[inline]
+    fn remove(&mut self, i: usize) {
+        let n = self.n;
+        self.keys.copy_within(i + 1..n, i);
+        self.kids.copy_within(i + 1..n, i);
+        self.maxg.copy_within(i + 1..n, i);
+        self.n -= 1;
+    }
+}
+
+/// A position in the tree: the path of `(inner node, child index)` from the root, the leaf
+/// and an index in it (which may be the leaf's length: past its last entry).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Cursor {
+    path: [(u32, u32); MAXD],
+    depth: usize,
+    leaf: u32,
+    pos: usize,
+}
+
+/// The ordered map. See the module documentation.
+#[derive(Clone, Debug)]
+pub(crate) struct RegionTree {
+    leaves: Vec<Leaf>,
+    inners: Vec<Inner>,
+    free_leaves: Vec<u32>,
+    free_inners: Vec<u32>,
+    /// [`NIL`] when empty.
+    root: u32,
+    /// Inner levels above the leaves.
+    height: usize,
+    len: usize,
+    /// The largest gap of all entries.
+    top: u64,
+}
+
+impl Default for RegionTree {
+    fn default() -> RegionTree {
+        RegionTree {
+            leaves: Vec::new(),
+            inners: Vec::new(),
+            free_leaves: Vec::new(),
+            free_inners: Vec::new(),
+            root: NIL,
+            height: 0,
+            len: 0,
+            top: 0,
+        }
+    }
+}
+
+impl PartialEq for RegionTree {
+    fn eq(&self, o: &RegionTree) -> bool {
+        self.len == o.len && self.iter().eq(o.iter())
+    }
+}
+
+impl RegionTree {
+    /// Number of entries.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether there are none.
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Removes everything.
+    pub(crate) fn clear(&mut self) {
+        *self = RegionTree::default();
+    }
+
+    /// The largest gap of any entry (0 when empty).
+    #[inline]
+    pub(crate) fn max_gap(&self) -> u64 {
+        self.top
+    }
+
+    /// Recomputes [`RegionTree::top`] from the root.
+    fn retop(&mut self) {
+        self.top = if self.root == NIL {
+            0
+        } else if self.height == 0 {
+            self.leaves[self.root as usize].max()
+        } else {
+            self.inners[self.root as usize].max()
+        };
+    }
+
+    fn new_leaf(&mut self) -> u32 {
+        match self.free_leaves.pop() {
+            Some(i) => {
+                self.leaves[i as usize] = Leaf::new();
+                i
+            }
+            None => {
+                self.leaves.push(Leaf::new());
+                (self.leaves.len() - 1) as u32
+            }
+        }
+    }
+
+    fn new_inner(&mut self) -> u32 {
+        match self.free_inners.pop() {
+            Some(i) => {
+                self.inners[i as usize] = Inner::new();
+                i
+            }
+            None => {
+                self.inners.push(Inner::new());
+                (self.inners.len() - 1) as u32
+            }
+        }
+    }
+
+    /// The position of `a`: its entry if present, else where it would be inserted (the
+    /// leaf index of the first key ≥ `a`).
+    #[inline]
+    pub(crate) fn seek(&self, a: u64) -> Cursor {
+        let mut c = Cursor {
+            path: [(0, 0); MAXD],
+            depth: self.height,
+            leaf: self.root,
+            pos: 0,
+        };
+        if self.root == NIL {
+            return c;
+        }
+        let mut node = self.root;
+        for lvl in 0..self.height {
+            let inn = &self.inners[node as usize];
+            let mut i = 1;
+            while i < inn.n && inn.keys[i] <= a {
+                i += 1;
+            }
+            i -= 1;
+            c.path[lvl] = (node, i as u32);
+            node = inn.kids[i];
+        }
+        c.leaf = node;
+        let l = &self.leaves[node as usize];
+        let mut j = 0;
+        while j < l.n && l.keys[j] < a {
+            j += 1;
+        }
+        c.pos = j;
+        c
+    }
+
+    /// The entry at `c` (`None` past the end of its leaf or in an empty tree).
+    #[inline]
+    pub(crate) fn at(&self, c: &Cursor) -> Option<(u64, &Region, u64)> {
+        let l = self.leaves.get(c.leaf as usize)?;
+        (c.pos < l.n).then(|| (l.keys[c.pos], &l.vals[c.pos], l.gaps[c.pos]))
+    }
+
+    /// The entry before `c`.
+    #[inline]
+    pub(crate) fn before(&self, c: &Cursor) -> Option<Cursor> {
+        if c.leaf == NIL {
+            return None;
+        }
+        if c.pos > 0 {
+            let mut p = *c;
+            p.pos -= 1;
+            return Some(p);
+        }
+        let mut lvl = c.depth;
+        while lvl > 0 {
+            let (node, i) = c.path[lvl - 1];
+            if i > 0 {
+                let mut p = *c;
+                p.path[lvl - 1] = (node, i - 1);
+                let mut n = self.inners[node as usize].kids[i as usize - 1];
+                for l in lvl..c.depth {
+                    let inn = &self.inners[n as usize];
+                    p.path[l] = (n, inn.n as u32 - 1);
+                    n = inn.kids[inn.n - 1];
+                }
+                p.leaf = n;
+                p.pos = self.leaves[n as usize].n - 1;
+                return Some(p);
+            }
+            lvl -= 1;
+        }
+        None
+    }
+
+    /// The last entry.
+    pub(crate) fn last(&self) -> Option<Cursor> {
+        let c = self.seek(u64::MAX);
+        match self.at(&c) {
+            Some(_) => Some(c),
+            None => self.before(&c),
+        }
+    }
+
+    /// The region at `a`.
+    #[inline]
+    pub(crate) fn get(&self, a: u64) -> Option<&Region> {
+        let c = self.seek(a);
+        self.at(&c).filter(|e| e.0 == a).map(|e| e.1)
+    }
+
+    /// The last entry with a key below `a`.
+    pub(crate) fn below(&self, a: u64) -> Option<(u64, &Region, u64)> {
+        self.before(&self.seek(a)).and_then(|c| self.at(&c))
+    }
+
+    /// The last entry with a key at or below `a`.
+    pub(crate) fn at_or_below(&self, a: u64) -> Option<(u64, &Region, u64)> {
+        let c = self.seek(a);
+        match self.at(&c) {
+            Some(e) if e.0 == a => Some(e),
+            _ => self.before(&c).and_then(|p| self.at(&p)),
+        }
+    }
+
+    /// Entries with keys ≥ `a`, in order.
+    pub(crate) fn from(&self, a: u64) -> Iter<'_> {
+        let c = self.seek(a);
+        Iter {
+            t: self,
+            leaf: c.leaf,
+            pos: c.pos,
+        }
+    }
+
+    /// Every entry, in order.
+    pub(crate) fn iter(&self) -> Iter<'_> {
+        self.from(0)
+    }
+
+    /// The regions, in order.
+    pub(crate) fn values(&self) -> impl Iterator<Item = &Region> + '_ {
+        self.iter().map(|e| e.1)
+    }
+
+    /// Recomputes the largest gaps on `path` upward, starting with `m` for the child the
+    /// last step of `path` points at; stops where nothing changes.
+    #[inline]
+    fn fix_up(&mut self, path: &[(u32, u32)], mut m: u64) {
+        for &(node, i) in path.iter().rev() {
+            let inn = &mut self.inners[node as usize];
+            if inn.maxg[i as usize] == m {
+                return;
+            }
+            inn.maxg[i as usize] = m;
+            m = inn.max();
+        }
+        self.top = m;
+    }
+
+    /// A gap of `g` appeared under the end of `path`: raises the largest gaps up to where
+    /// they are already at least `g`.
+    #[inline]
+    fn raise(&mut self, path: &[(u32, u32)], g: u64) {
+        for &(node, i) in path.iter().rev() {
+            let e = &mut self.inners[node as usize].maxg[i as usize];
+            if *e >= g {
+                return;
+            }
+            *e = g;
+        }
+        self.top = self.top.max(g);
+    }
+
+    /// The largest gap recorded for the leaf at the end of `path`.
+    #[inline]
+    fn recorded(&self, path: &[(u32, u32)]) -> u64 {
+        match path.last() {
+            Some(&(n, i)) => self.inners[n as usize].maxg[i as usize],
+            None => self.top,
+        }
+    }
+
+    /// Sets the gap of the entry at `c`.
+    #[inline]
+    pub(crate) fn set_gap(&mut self, c: &Cursor, g: u64) {
+        let l = &mut self.leaves[c.leaf as usize];
+        let old = l.gaps[c.pos];
+        l.gaps[c.pos] = g;
+        let path = &c.path[..c.depth];
+        if g >= old {
+            self.raise(path, g);
+        } else if old >= self.recorded(path) {
+            // It was the leaf's largest: rescan.
+            let m = self.leaves[c.leaf as usize].max();
+            self.fix_up(path, m);
+        }
+    }
+
+    /// Inserts `a` (which must not be present) at the position [`RegionTree::seek`] gave
+    /// for it, with region `r` and gap `g`. Cursors taken before are invalid afterwards.
+    pub(crate) fn insert_at(&mut self, c: Cursor, a: u64, r: Region, g: u64) {
+        self.len += 1;
+        if self.root == NIL {
+            let l = self.new_leaf();
+            self.leaves[l as usize].insert(0, a, r, g);
+            self.root = l;
+            self.height = 0;
+            self.top = g;
+            return;
+        }
+        let leaf = c.leaf as usize;
+        if self.leaves[leaf].n < LB {
+            self.leaves[leaf].insert(c.pos, a, r, g);
+            self.raise(&c.path[..c.depth], g);
+            return;
+        }
+        // Split the full leaf in halves, then insert into the right half.
+        let right = self.new_leaf();
+        let (lo, hi) = two(&mut self.leaves, leaf, right as usize);
+        lo.move_tail(LB / 2, hi);
+        hi.next = lo.next;
+        lo.next = right;
+        if c.pos <= LB / 2 {
+            lo.insert(c.pos, a, r, g);
+        } else {
+            hi.insert(c.pos - LB / 2, a, r, g);
+        }
+        let (lm, rm, sep) = (lo.max(), hi.max(), hi.keys[0]);
+        self.push_up(&c.path[..c.depth], lm, right, sep, rm);
+        self.retop();
+    }
+
+    /// After the child at the end of `path` split: it keeps largest gap `lm`, and `right`
+    /// (keys from `sep`, largest gap `rm`) goes in right after it.
+    fn push_up(&mut self, path: &[(u32, u32)], lm: u64, right: u32, sep: u64, rm: u64) {
+        let Some((&(node, i), up)) = path.split_last() else {
+            // The root split.
+            let old = self.root;
+            let r = self.new_inner();
+            let inn = &mut self.inners[r as usize];
+            inn.insert(0, 0, old, lm);
+            inn.insert(1, sep, right, rm);
+            self.root = r;
+            self.height += 1;
+            return;
+        };
+        let i = i as usize;
+        let inn = &mut self.inners[node as usize];
+        inn.maxg[i] = lm;
+        if inn.n < IB {
+            inn.insert(i + 1, sep, right, rm);
+            let m = inn.max();
+            self.fix_up(up, m);
+            return;
+        }
+        let nr = self.new_inner();
+        let (lo, hi) = two(&mut self.inners, node as usize, nr as usize);
+        // Move the upper half to the new node, then insert on the proper side.
+        let h = IB / 2;
+        hi.keys[..IB - h].copy_from_slice(&lo.keys[h..]);
+        hi.kids[..IB - h].copy_from_slice(&lo.kids[h..]);
+        hi.maxg[..IB - h].copy_from_slice(&lo.maxg[h..]);
+        hi.n = IB - h;
+        lo.n = h;
+        if i < h {
+            lo.insert(i + 1, sep, right, rm);
+        } else {
+            hi.insert(i + 1 - h, sep, right, rm);
+        }
+        let (lm2, rm2, sep2) = (lo.max(), hi.max(), hi.keys[0]);
+        self.push_up(up, lm2, nr, sep2, rm2);
+    }
+
+    /// Removes the entry at `c`; returns its region and gap. Cursors taken before are
+    /// invalid afterwards.
+    pub(crate) fn remove_at(&mut self, c: Cursor) -> (Region, u64) {
+        let leaf = c.leaf as usize;
+        let l = &mut self.leaves[leaf];
+        let out = (l.vals[c.pos], l.gaps[c.pos]);
+        l.remove(c.pos);
+        self.len -= 1;
+        if self.len == 0 {
+            self.clear();
+            return out;
+        }
+        if c.depth == 0 {
+            self.retop();
+            return out;
+        }
+        if l.n >= LMIN {
+            let path = &c.path[..c.depth];
+            if out.1 >= self.recorded(path) {
+                let m = self.leaves[leaf].max();
+                self.fix_up(path, m);
+            }
+            return out;
+        }
+        self.rebalance(&c.path[..c.depth], true);
+        self.retop();
+        out
+    }
+
+    /// The child at the end of `path` (a leaf when `leaf`) is under-full: merge it with a
+    /// sibling or move entries over, and continue upward while parents become under-full.
+    fn rebalance(&mut self, path: &[(u32, u32)], leaf: bool) {
+        let Some((&(p, i), up)) = path.split_last() else {
+            return;
+        };
+        let pi = p as usize;
+        let li = (i as usize).saturating_sub(1);
+        let (left, right) = {
+            let inn = &self.inners[pi];
+            (inn.kids[li] as usize, inn.kids[li + 1] as usize)
+        };
+        let merged;
+        if leaf {
+            let (lo, hi) = two(&mut self.leaves, left, right);
+            if lo.n + hi.n <= LB {
+                hi.move_tail(0, lo);
+                lo.next = hi.next;
+                merged = Some(lo.max());
+            } else {
+                if lo.n < hi.n {
+                    let k = (hi.n - lo.n) / 2;
+                    hi.move_head(k, lo);
+                } else {
+                    let k = (lo.n - hi.n) / 2;
+                    let mut t = Leaf::new();
+                    lo.move_tail(lo.n - k, &mut t);
+                    hi.move_tail(0, &mut t);
+                    std::mem::swap(hi, &mut t);
+                    hi.next = t.next;
+                }
+                let (lm, rm, sep) = (lo.max(), hi.max(), hi.keys[0]);
+                let inn = &mut self.inners[pi];
+                inn.maxg[li] = lm;
+                inn.maxg[li + 1] = rm;
+                inn.keys[li + 1] = sep;
+                merged = None;
+            }
+            if merged.is_some() {
+                self.free_leaves.push(right as u32);
+            }
+        } else {
+            let sep = self.inners[pi].keys[li + 1];
+            let (lo, hi) = two(&mut self.inners, left, right);
+            // Concatenate with the parent's separator as the lower bound of `hi`'s first child.
+            let total = lo.n + hi.n;
+            let mut keys = [0u64; 2 * IB];
+            let mut kids = [0u32; 2 * IB];
+            let mut maxg = [0u64; 2 * IB];
+            keys[..lo.n].copy_from_slice(&lo.keys[..lo.n]);
+            kids[..lo.n].copy_from_slice(&lo.kids[..lo.n]);
+            maxg[..lo.n].copy_from_slice(&lo.maxg[..lo.n]);
+            keys[lo.n..total].copy_from_slice(&hi.keys[..hi.n]);
+            keys[lo.n] = sep;
+            kids[lo.n..total].copy_from_slice(&hi.kids[..hi.n]);
+            maxg[lo.n..total].copy_from_slice(&hi.maxg[..hi.n]);
+            if total <= IB {
+                lo.keys[..total].copy_from_slice(&keys[..total]);
+                lo.kids[..total].copy_from_slice(&kids[..total]);
+                lo.maxg[..total].copy_from_slice(&maxg[..total]);
+                lo.n = total;
+                merged = Some(lo.max());
+                self.free_inners.push(right as u32);
+            } else {
+                let h = total / 2;
+                lo.keys[..h].copy_from_slice(&keys[..h]);
+                lo.kids[..h].copy_from_slice(&kids[..h]);
+                lo.maxg[..h].copy_from_slice(&maxg[..h]);
+                lo.n = h;
+                hi.keys[..total - h].copy_from_slice(&keys[h..total]);
+                hi.kids[..total - h].copy_from_slice(&kids[h..total]);
+                hi.maxg[..total - h].copy_from_slice(&maxg[h..total]);
+                hi.n = total - h;
+                let (lm, rm, sep) = (lo.max(), hi.max(), hi.keys[0]);
+                let inn = &mut self.inners[pi];
+                inn.maxg[li] = lm;
+                inn.maxg[li + 1] = rm;
+                inn.keys[li + 1] = sep;
+                merged = None;
+            }
+        }
+        let inn = &mut self.inners[pi];
+        if let Some(m) = merged {
+            inn.maxg[li] = m;
+            inn.remove(li + 1);
+        }
+        let m = inn.max();
+        if up.is_empty() {
+            if inn.n == 1 {
+                // The root has one child left: that child becomes the root.
+                self.root = inn.kids[0];
+                self.height -= 1;
+                self.free_inners.push(p);
+            }
+            return;
+        }
+        if inn.n < IMIN {
+            self.rebalance(up, false);
+        } else {
+            self.fix_up(up, m);
+        }
+    }
+
+    /// Checks the structure (tests): key order, separators, fill, largest gaps, links.
+    #[cfg(test)]
+    pub(crate) fn check(&self) {
+        if self.root == NIL {
+            assert_eq!(self.len, 0);
+            return;
+        }
+        let mut leaves = Vec::new();
+        let (n, _) = self.check_node(self.root, self.height, 0, u64::MAX, true, &mut leaves);
+        assert_eq!(n, self.len);
+        let mut copy = self.clone();
+        copy.retop();
+        assert_eq!(copy.top, self.top, "stale top");
+        for w in leaves.windows(2) {
+            assert_eq!(self.leaves[w[0] as usize].next, w[1]);
+        }
+        assert_eq!(self.leaves[*leaves.last().unwrap() as usize].next, NIL);
+    }
+
+    #[cfg(test)]
+    fn check_node(
+        &self,
+        node: u32,
+        h: usize,
+        lo: u64,
+        hi: u64,
+        root: bool,
+        leaves: &mut Vec<u32>,
+    ) -> (usize, u64) {
+        if h == 0 {
+            let l = &self.leaves[node as usize];
+            assert!(root || l.n >= LMIN, "leaf under-full");
+            assert!(l.n >= 1 && l.n <= LB);
+            for j in 0..l.n {
+                assert!(l.keys[j] >= lo && l.keys[j] < hi || (hi == u64::MAX && l.keys[j] == hi));
+                if j > 0 {
+                    assert!(l.keys[j - 1] < l.keys[j]);
+                }
+            }
+            leaves.push(node);
+            return (l.n, l.max());
+        }
+        let inn = &self.inners[node as usize];
+        assert!(if root { inn.n >= 2 } else { inn.n >= IMIN });
+        let mut total = 0;
+        for i in 0..inn.n {
+            let clo = if i == 0 { lo } else { inn.keys[i] };
+            let chi = if i + 1 < inn.n { inn.keys[i + 1] } else { hi };
+            assert!(clo >= lo && chi <= hi && clo < chi);
+            let (n, m) = self.check_node(inn.kids[i], h - 1, clo, chi, false, leaves);
+            assert_eq!(inn.maxg[i], m, "stale largest gap");
+            total += n;
+        }
+        (total, inn.max())
+    }
+}
+
+/// Two distinct elements of a slice, mutably.
+fn two<T>(v: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
+    debug_assert_ne!(a, b);
+    if a < b {
+        let (x, y) = v.split_at_mut(b);
+        (&mut x[a], &mut y[0])
+    } else {
+        let (x, y) = v.split_at_mut(a);
+        (&mut y[0], &mut x[b])
+    }
+}
+
+/// In-order iterator over `(address, region, gap after it)`.
+pub(crate) struct Iter<'a> {
+    t: &'a RegionTree,
+    leaf: u32,
+    pos: usize,
+}
+
+impl<'a> Iterator for Iter<'a> {
+    type Item = (u64, &'a Region, u64);
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            let l = self.t.leaves.get(self.leaf as usize)?;
+            if self.pos < l.n {
+                let i = self.pos;
+                self.pos += 1;
+                return Some((l.keys[i], &l.vals[i], l.gaps[i]));
+            }
+            self.leaf = l.next;
+            self.pos = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::BTreeMap;
+
+    fn reg(seq: u64) -> Region {
+        Region { seq, ..BLANK }
+    }
+
+    /// Applies `(insert?, key, gap)` steps to the tree and to a `BTreeMap`, checking the
+    /// structure, the largest gap, lookups and neighbours after every step.
+    fn run(steps: &[(bool, u16, u16)]) {
+        let mut t = RegionTree::default();
+        let mut naive: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+        for (i, &(ins, k, g)) in steps.iter().enumerate() {
+            let (k, g, i) = (k as u64, g as u64, i as u64);
+            let c = t.seek(k);
+            let present = t.at(&c).is_some_and(|e| e.0 == k);
+            assert_eq!(present, naive.contains_key(&k));
+            if ins && !present {
+                t.insert_at(c, k, reg(i), g);
+                naive.insert(k, (i, g));
+            } else if ins {
+                t.set_gap(&c, g);
+                naive.get_mut(&k).unwrap().1 = g;
+            } else if present {
+                let (r, gap) = t.remove_at(c);
+                assert_eq!((r.seq, gap), naive.remove(&k).unwrap());
+            } else if let Some(p) = t.before(&c) {
+                // Grow the gap of the key before (what a free does to its neighbour).
+                let (pk, _, pg) = t.at(&p).unwrap();
+                t.set_gap(&p, pg + g);
+                naive.get_mut(&pk).unwrap().1 += g;
+            }
+            t.check();
+            assert_eq!(t.len(), naive.len());
+            let max = naive.values().map(|v| v.1).max().unwrap_or(0);
+            assert_eq!(t.max_gap(), max);
+            let probe = k ^ 0x55;
+            assert_eq!(
+                t.below(probe).map(|e| e.0),
+                naive.range(..probe).next_back().map(|e| *e.0)
+            );
+            assert_eq!(
+                t.at_or_below(probe).map(|e| e.0),
+                naive.range(..=probe).next_back().map(|e| *e.0)
+            );
+            assert_eq!(t.get(probe).map(|r| r.seq), naive.get(&probe).map(|v| v.0));
+            assert_eq!(
+                t.last().and_then(|c| t.at(&c)).map(|e| e.0),
+                naive.keys().next_back().copied()
+            );
+        }
+        let all: Vec<(u64, u64, u64)> = t.iter().map(|(k, r, g)| (k, r.seq, g)).collect();
+        let want: Vec<(u64, u64, u64)> = naive.iter().map(|(k, v)| (*k, v.0, v.1)).collect();
+        assert_eq!(all, want);
+        let from: Vec<u64> = t.from(300).map(|e| e.0).collect();
+        let want: Vec<u64> = naive.range(300..).map(|e| *e.0).collect();
+        assert_eq!(from, want);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// Mostly inserts, then mostly removes, over a small key range so that leaves and
+        /// inner nodes split, merge and borrow at every level.
+        #[test]
+        fn matches_a_btreemap(
+            grow in prop::collection::vec((0u8..10, 0u16..2000, 0u16..5000), 0..1500),
+            shrink in prop::collection::vec((0u8..10, 0u16..2000, 0u16..5000), 0..1500),
+        ) {
+            let steps: Vec<(bool, u16, u16)> = grow
+                .iter()
+                .map(|&(x, k, g)| (x < 8, k, g))
+                .chain(shrink.iter().map(|&(x, k, g)| (x < 2, k, g)))
+                .collect();
+            run(&steps);
+        }
+    }
+
+    /// Ascending then descending keys (the allocator's common pattern) and a full drain.
+    #[test]
+    fn sequential_fill_and_drain() {
+        let mut steps: Vec<(bool, u16, u16)> = (0..3000u16)
+            .map(|k| (true, k, k.wrapping_mul(7919) % 1000))
+            .collect();
+        steps.extend((0..3000u16).rev().map(|k| (false, k, 0)));
+        steps.extend((0..3000u16).step_by(3).map(|k| (true, k, k)));
+        steps.extend((0..3000u16).step_by(3).map(|k| (false, k, 0)));
+        run(&steps);
+    }
+}
