@@ -314,3 +314,135 @@ fn headless_picture_of_a_pinned_block_with_its_frames() {
     assert!(white(&pinned) > white(&plain) + 20);
     run.stop();
 }
+
+/// A snapshot with `segments` × 256 blocks (no trace), written as a real pickle.
+fn big_snapshot(path: &Path, segments: u64) -> u64 {
+    use fragprobe_shared::torch::snapshot::{FormatInfo, SnapshotLayout};
+    use fragprobe_shared::torch::stacks::{Frame, Stacks};
+    use fragprobe_shared::torch::{Block, PoolKind, Segment, Snapshot};
+    let mut stacks = Stacks::default();
+    let f = stacks.frame(Frame {
+        filename: "train.py".into(),
+        line: 42,
+        name: "step".into(),
+    });
+    let stack = stacks.stack(&[f]);
+    let mut segs = Vec::new();
+    let mut i = 0u64;
+    for k in 0..segments {
+        let base = 0x7000_0000_0000 + k * (64 << 20);
+        let mut at = base;
+        let mut blocks = Vec::with_capacity(256);
+        for _ in 0..256 {
+            let size = 512 * (1 + (i * 7919) % 64);
+            let state = match i % 7 {
+                0 | 3 => BlockState::Inactive,
+                5 if i % 5 == 0 => BlockState::ActivePendingFree,
+                _ => BlockState::ActiveAllocated,
+            };
+            let requested = if state == BlockState::Inactive {
+                0
+            } else {
+                size - (i % 3) * 100
+            };
+            blocks.push(Block {
+                address: at,
+                size,
+                requested_size: requested,
+                state,
+                stack,
+            });
+            at += size;
+            i += 1;
+        }
+        segs.push(Segment {
+            device: 0,
+            address: base,
+            total_size: at - base,
+            stream: 0,
+            pool: PoolKind::Large,
+            pool_id: (0, 0),
+            is_expandable: false,
+            stack,
+            blocks,
+        });
+    }
+    let snap = Snapshot {
+        format: FormatInfo {
+            layout: SnapshotLayout::Dict,
+            pickle_protocol: 4,
+            has_time_us: true,
+            has_settings: false,
+            legacy_history: false,
+        },
+        segments: segs,
+        traces: vec![Vec::new()],
+        settings: None,
+        stacks,
+        annotations: 0,
+    };
+    let f = std::fs::File::create(path).unwrap();
+    fragprobe_shared::torch::write_snapshot_pickle(std::io::BufWriter::new(f), &snap).unwrap();
+    i
+}
+
+#[test]
+fn a_million_blocks_draw_without_a_slow_frame() {
+    let dir = temp_dir("blocks-big");
+    let path = dir.join("big.pickle");
+    let n = big_snapshot(&path, 4096);
+    assert_eq!(n, 1 << 20);
+    let run = Run::start(0, Source::Snapshot(path)).unwrap();
+    assert!(run.wait_loaded(Duration::from_secs(600)));
+    assert_eq!(run.progress.error(), None);
+    let layer = layer_of(&run);
+    assert_eq!(layer.block_count(), 1 << 20);
+    let options = Options {
+        tab: Tab::Blocks,
+        ..Options::default()
+    };
+    let mut h = harness(Viewer::new(vec![run.clone()], options, None));
+    let t = std::time::Instant::now();
+    h.run_steps(1);
+    let first = t.elapsed();
+    h.run_steps(2);
+    let rect = h.get_by_label("allocator blocks").rect();
+    // Frames with the pointer moving over the band: no rebuild, one lookup each.
+    let mut times = Vec::new();
+    for k in 0..10 {
+        let p = Pos2::new(
+            rect.left() + 10.0 + k as f32 * 97.0,
+            rect.top() + 3.0 + k as f32 * rect.height() / 11.0,
+        );
+        h.event(Event::PointerMoved(p));
+        let t = std::time::Instant::now();
+        h.run_steps(1);
+        times.push(t.elapsed());
+        assert!(h.state().blocks.hovered.is_some(), "a block under {p:?}");
+    }
+    times.sort();
+    let median = times[times.len() / 2];
+    // Zooming rebuilds the cells of the new window.
+    h.event(Event::MouseWheel {
+        unit: egui::MouseWheelUnit::Point,
+        delta: egui::vec2(0.0, 200.0),
+        phase: egui::TouchPhase::Move,
+        source: egui::MouseWheelSource::Wheel,
+        modifiers: Modifiers::default(),
+    });
+    let t = std::time::Instant::now();
+    h.run_steps(1);
+    let zoom = t.elapsed();
+    eprintln!(
+        "1 Mi blocks: first frame {first:?}, hover frame median {median:?} (max {:?}), zoom frame {zoom:?}",
+        times.last().unwrap()
+    );
+    assert!(h.state().blocks.view.is_some(), "the wheel zoomed in");
+    // Generous bounds (unoptimised test builds on a shared machine): what matters is that
+    // a frame does not walk the million blocks.
+    assert!(
+        median < Duration::from_millis(500),
+        "hover frames: {median:?}"
+    );
+    run.stop();
+}
