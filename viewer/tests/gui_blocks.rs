@@ -337,7 +337,7 @@ fn big_snapshot(path: &Path, segments: u64) -> u64 {
             let size = 512 * (1 + (i * 7919) % 64);
             let state = match i % 7 {
                 0 | 3 => BlockState::Inactive,
-                5 if i % 5 == 0 => BlockState::ActivePendingFree,
+                5 if i.is_multiple_of(5) => BlockState::ActivePendingFree,
                 _ => BlockState::ActiveAllocated,
             };
             let requested = if state == BlockState::Inactive {
@@ -445,4 +445,42 @@ fn a_million_blocks_draw_without_a_slow_frame() {
         "hover frames: {median:?}"
     );
     run.stop();
+}
+
+#[test]
+fn compare_shows_the_allocator_figures_of_each_snapshot() {
+    let names = [MAGMA, "bcrafton__memory_snapshot.pickle"];
+    let runs: Vec<Arc<Run>> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            let r = Run::start(i, Source::Snapshot(fixture(n))).unwrap();
+            assert!(r.wait_loaded(WAIT));
+            r
+        })
+        .collect();
+    let options = Options {
+        tab: Tab::Compare,
+        ..Options::default()
+    };
+    let mut h = harness(Viewer::new(runs.clone(), options, None));
+    h.run_steps(3);
+    assert!(shown(&h, "allocator (PyTorch snapshot)"));
+    assert!(shown(&h, "GMLake peak active/reserved"));
+    for r in &runs {
+        let l = layer_of(r);
+        let d = &l.devices[0];
+        assert!(
+            shown(&h, &human_bytes(d.now.non_releasable)),
+            "{}: non-releasable {}",
+            r.name,
+            human_bytes(d.now.non_releasable)
+        );
+        let p = d.peak.unwrap().figures;
+        assert!(shown(
+            &h,
+            &format!("{:.1} %", 100.0 * p.gmlake_utilization())
+        ));
+        r.stop();
+    }
 }

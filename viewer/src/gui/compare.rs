@@ -48,6 +48,8 @@ pub struct Run {
     pub ratio: Vec<[f64; 2]>,
     /// Whether the run is still loading.
     pub loading: bool,
+    /// Allocator-level figures `(label, value)` of a PyTorch snapshot (empty otherwise).
+    pub allocator: Vec<(String, String)>,
 }
 
 /// How one row of the table shows a run's stats.
@@ -124,6 +126,7 @@ pub fn ui(ui: &mut Ui, runs: &[Run]) {
                         }
                         ui.end_row();
                     }
+                    allocator_rows(ui, runs);
                 });
         });
     let h = ((ui.available_height() - 20.0) / 2.0).clamp(80.0, 260.0);
@@ -150,4 +153,29 @@ pub fn ui(ui: &mut Ui, runs: &[Run]) {
                 p.line(Line::new(r.label.clone(), r.ratio.clone()).color(run_colour(i)));
             }
         });
+}
+
+/// The allocator-level rows of the runs that are PyTorch snapshots ("n/a" for the others).
+fn allocator_rows(ui: &mut Ui, runs: &[Run]) {
+    let mut labels: Vec<&str> = Vec::new();
+    for r in runs {
+        for (l, _) in &r.allocator {
+            if !labels.contains(&l.as_str()) {
+                labels.push(l);
+            }
+        }
+    }
+    if labels.is_empty() {
+        return;
+    }
+    ui.strong("allocator (PyTorch snapshot)");
+    ui.end_row();
+    for l in labels {
+        ui.label(l);
+        for r in runs {
+            let v = r.allocator.iter().find(|(k, _)| k == l);
+            ui.monospace(v.map_or("n/a", |(_, v)| v.as_str()));
+        }
+        ui.end_row();
+    }
 }

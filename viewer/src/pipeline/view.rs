@@ -450,6 +450,18 @@ pub fn compare_run(head: &Head, name: &str, loading: bool, buckets: usize) -> co
     run.stats.anomalies = c.anomalies;
     run.stats.events = c.events;
     run.stats.duration_s = (t1 - t0) as f64 / 1e9;
+    if let Some(l) = &head.allocator {
+        let busiest = space_keys(m).first().map(|k| i32::from(k.device));
+        let d = busiest.and_then(|o| l.device(o)).or(l.devices.first());
+        run.allocator = d
+            .map(|d| {
+                crate::gui::allocator::rows(d)
+                    .into_iter()
+                    .map(|(label, value, _)| (label, value))
+                    .collect()
+            })
+            .unwrap_or_default();
+    }
     let Some(key) = space_keys(m).first().copied() else {
         return run;
     };
