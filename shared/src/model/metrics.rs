@@ -151,9 +151,16 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Folds in the state after one event.
-    pub(crate) fn observe(&mut self, t: &Totals, arena: Option<&ArenaFigures>, now: When) {
-        let ratio = arena.map_or(0.0, |a| a.ratio());
+    /// Folds in the state after one event; `ratio` is the arena's fragmentation ratio (0
+    /// without an arena).
+    #[inline]
+    pub(crate) fn observe(
+        &mut self,
+        t: &Totals,
+        arena: Option<&ArenaFigures>,
+        ratio: f64,
+        now: When,
+    ) {
         if t.live_bytes > self.peak_live {
             self.peak_live = t.live_bytes;
             self.peak_at = Some(now);
@@ -257,10 +264,11 @@ mod tests {
             seq: 1,
             pid: 1,
         };
-        s.observe(&t, Some(&a), w1);
+        s.observe(&t, Some(&a), a.ratio(), w1);
         s.observe(
             &t,
             Some(&a),
+            a.ratio(),
             When {
                 ts_ns: 2,
                 seq: 2,

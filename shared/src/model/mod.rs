@@ -472,12 +472,16 @@ impl Model {
             return;
         }
         let now = self.now;
+        // The figures of the last space done: a device whose most constrained space it is
+        // (the only one, usually) reuses them.
+        let mut done: Option<(u32, Option<ArenaFigures>, f64)> = None;
         for i in 0..self.touched.len() {
             let s = self.touched[i];
             let Some(sp) = self.spaces.get_mut(s as usize) else {
                 continue;
             };
             let fig = sp.arena.figures();
+            let ratio = fig.map_or(0.0, |a| a.ratio());
             let key = fig.map(|f| f.largest_free);
             let d = sp.device.0;
             if key != sp.set_key {
@@ -491,8 +495,9 @@ impl Model {
                 }
                 sp.set_key = key;
             }
-            sp.summary.observe(&sp.totals, fig.as_ref(), now);
-            sp.series.record(now.ts_ns, &sp.totals, fig.as_ref());
+            sp.summary.observe(&sp.totals, fig.as_ref(), ratio, now);
+            sp.series.record(now.ts_ns, &sp.totals, fig.as_ref(), ratio);
+            done = Some((s, fig, ratio));
             if !self.touched_dev.contains(&d) {
                 self.touched_dev.push(d);
             }
@@ -504,13 +509,20 @@ impl Model {
                 continue;
             };
             let worst = dev.arena_set.first().map(|&(_, s)| s);
-            let fig = worst
-                .and_then(|s| self.spaces.get(s as usize))
-                .and_then(|s| s.arena.figures());
+            let (fig, ratio) = match (worst, done) {
+                (Some(w), Some((s, fig, ratio))) if w == s => (fig, ratio),
+                _ => {
+                    let fig = worst
+                        .and_then(|s| self.spaces.get(s as usize))
+                        .and_then(|s| s.arena.figures());
+                    (fig, fig.map_or(0.0, |a| a.ratio()))
+                }
+            };
             dev.arena = fig;
             dev.worst = worst.map(SpaceId);
-            dev.summary.observe(&dev.totals, fig.as_ref(), now);
-            dev.series.record(now.ts_ns, &dev.totals, fig.as_ref());
+            dev.summary.observe(&dev.totals, fig.as_ref(), ratio, now);
+            dev.series
+                .record(now.ts_ns, &dev.totals, fig.as_ref(), ratio);
         }
         self.touched_dev.clear();
     }

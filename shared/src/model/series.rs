@@ -317,7 +317,9 @@ pub struct SeriesSet {
     s: [Series; 9],
     /// The integer last recorded per metric (`record`'s metrics only): an unchanged integer
     /// is an unchanged value, so most metrics are skipped without a conversion to `f64`.
-    raw: [Option<u64>; 9],
+    raw: [u64; 9],
+    /// Bit `i`: `raw[i]` holds a recorded value.
+    has: u16,
 }
 
 impl SeriesSet {
@@ -325,7 +327,8 @@ impl SeriesSet {
     pub fn new(cap: usize) -> SeriesSet {
         SeriesSet {
             s: core::array::from_fn(|_| Series::new(cap)),
-            raw: [None; 9],
+            raw: [0; 9],
+            has: 0,
         }
     }
 
@@ -338,10 +341,12 @@ impl SeriesSet {
     #[inline]
     fn put(&mut self, m: Metric, t: u64, v: u64) -> bool {
         let i = m as usize;
-        if self.raw[i] == Some(v) {
+        let bit = 1u16 << i;
+        if self.raw[i] == v && self.has & bit != 0 {
             return false;
         }
-        self.raw[i] = Some(v);
+        self.raw[i] = v;
+        self.has |= bit;
         self.s[i].push_if_changed(t, v as f64);
         true
     }
@@ -352,6 +357,7 @@ impl SeriesSet {
         t: u64,
         totals: &super::Totals,
         arena: Option<&super::ArenaFigures>,
+        ratio: f64,
     ) {
         self.put(Metric::Live, t, totals.live_bytes);
         self.put(Metric::Managed, t, totals.managed_bytes);
@@ -362,7 +368,7 @@ impl SeriesSet {
             let f = self.put(Metric::TotalFree, t, a.total_free);
             // The ratio is a function of the two: unchanged when both are.
             if l || f {
-                self.s[Metric::FragRatio as usize].push_if_changed(t, a.ratio());
+                self.s[Metric::FragRatio as usize].push_if_changed(t, ratio);
             }
         }
     }

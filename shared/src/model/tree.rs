@@ -20,7 +20,7 @@ const LMIN: usize = LB / 4;
 const IMIN: usize = IB / 4;
 /// Deepest path: with at least [`IMIN`] children per inner node below the root this holds
 /// far more than `u32::MAX` leaves.
-const MAXD: usize = 24;
+const MAXD: usize = 16;
 /// No node.
 const NIL: u32 = u32::MAX;
 
