@@ -12,3 +12,4 @@ pub mod nvml;
 pub mod pipeline;
 pub mod record;
 pub mod report;
+pub mod torchhook;

@@ -32,6 +32,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .simulated_gpu
             .as_ref()
             .map(|s| (!s.is_empty()).then(|| s.clone())),
+        torch_snapshot: None,
         no_probe: false,
         env: Vec::new(),
     };

@@ -19,13 +19,15 @@ pub struct Args {
 /// Builds the report of a trace file.
 pub fn report_of(path: &std::path::Path, quiet: bool) -> anyhow::Result<Report> {
     let l = load(path, quiet)?;
-    Ok(Report::build(
+    let mut r = Report::build(
         &l.model,
         &path.display().to_string(),
         l.warnings,
         l.first_ns,
         l.last_ns,
-    ))
+    );
+    r.torch_snapshots = crate::torchhook::join(&l.trace);
+    Ok(r)
 }
 
 /// `fragprobe report`.

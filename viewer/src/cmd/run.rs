@@ -6,10 +6,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
+use fragprobe_shared::trace::Trace;
+
 use crate::record::{
-    default_trace_name, shell_code, ModelSink, Session, SessionOptions, SpawnError,
+    default_trace_name, shell_code, ModelSink, Recorder, Session, SessionOptions, SpawnError,
 };
 use crate::report::{print_summary, Report};
+use crate::torchhook::TorchHook;
 
 /// Options of `fragprobe run`.
 #[derive(clap::Args, Debug, Clone)]
@@ -35,6 +38,19 @@ pub struct Args {
     /// Print the end-of-run report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Python programs that import torch: record PyTorch's allocator history and dump a
+    /// memory snapshot at exit and on OOM (kept next to the trace in TRACE.torch/ and
+    /// joined with it), without changing the program.
+    #[arg(long, conflicts_with_all = ["no_record", "no_probe"])]
+    pub torch_snapshot: bool,
+    /// History entries PyTorch keeps for `--torch-snapshot` (its `max_entries`).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 100_000,
+        requires = "torch_snapshot"
+    )]
+    pub torch_max_entries: u64,
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -61,6 +77,7 @@ impl Args {
                 .map(|s| (!s.is_empty()).then(|| s.clone())),
             no_probe: self.no_probe,
             env: Vec::new(),
+            torch_snapshot: self.torch_snapshot.then_some(self.torch_max_entries),
         }
     }
 }
@@ -88,6 +105,30 @@ pub fn record_session(
     view: bool,
 ) -> anyhow::Result<Result<Outcome, SpawnError>> {
     let started = Instant::now();
+    let hook = match (opts.torch_snapshot, &opts.trace) {
+        (Some(max), Some(trace)) => Some(TorchHook::install(trace, max)?),
+        _ => None,
+    };
+    let with_hook;
+    let opts = match &hook {
+        Some(h) => {
+            with_hook = SessionOptions {
+                env: [opts.env.clone(), h.env.clone()].concat(),
+                ..opts.clone()
+            };
+            &with_hook
+        }
+        None => opts,
+    };
+    let mut before_close = {
+        let hook = hook.clone();
+        move |rec: &mut Recorder| -> anyhow::Result<()> {
+            if let Some(h) = &hook {
+                h.attach(rec)?;
+            }
+            Ok(())
+        }
+    };
     let mut session = match Session::start(opts)? {
         Ok(s) => s,
         Err(e) => return Ok(Err(e)),
@@ -101,7 +142,7 @@ pub fn record_session(
         let worker = std::thread::Builder::new()
             .name("fragprobe-record".into())
             .spawn(move || {
-                let st = session.wait(&mut sink);
+                let st = session.wait_and(&mut sink, &mut before_close);
                 session.cleanup();
                 sink.feed = None;
                 (st, sink, session)
@@ -125,24 +166,41 @@ pub fn record_session(
         if view {
             eprintln!("fragprobe: no display (DISPLAY/WAYLAND_DISPLAY unset): recording headless; open the trace with `fragprobe view`");
         }
-        let st = session.wait(&mut sink);
+        let st = session.wait_and(&mut sink, &mut before_close);
         session.cleanup();
         st?
     };
     let wall = started.elapsed();
-    let source = session
-        .trace
-        .as_ref()
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|| "(live)".into());
+    let mut report = sink.report(&source_of(&session));
+    if let (Some(h), Some(trace)) = (&hook, &session.trace) {
+        h.cleanup();
+        report.torch_snapshots = match Trace::open(trace) {
+            Ok(t) => crate::torchhook::join(&t),
+            Err(e) => {
+                eprintln!(
+                    "fragprobe: cannot reopen {} to join the torch snapshots: {e}",
+                    trace.display()
+                );
+                Vec::new()
+            }
+        };
+    }
     Ok(Ok(Outcome {
         code: shell_code(&status),
         signal: status.signal(),
-        report: sink.report(&source),
+        report,
         trace: session.trace.clone(),
         rings_seen: session.recorder.rings_seen(),
         wall,
     }))
+}
+
+fn source_of(session: &Session) -> String {
+    session
+        .trace
+        .as_ref()
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|| "(live)".into())
 }
 
 /// Runs a session to completion, printing the summary; returns the command's exit code.

@@ -369,6 +369,17 @@ impl Recorder {
         deadline_ns: u64,
         sink: &mut dyn FnMut(&Record, &Recorder),
     ) -> anyhow::Result<()> {
+        self.drain_until(deadline_ns, sink)?;
+        self.close()
+    }
+
+    /// Drains until every ring is done or `deadline_ns` passes, then lets the rings go;
+    /// the trace stays open (for run information) until [`Recorder::close`].
+    pub fn drain_until(
+        &mut self,
+        deadline_ns: u64,
+        sink: &mut dyn FnMut(&Record, &Recorder),
+    ) -> anyhow::Result<()> {
         loop {
             self.poll(sink)?;
             if !self.active() || monotonic_ns() >= deadline_ns {
@@ -379,6 +390,11 @@ impl Recorder {
         for a in &self.rings {
             a.file.release_consumer();
         }
+        Ok(())
+    }
+
+    /// Closes the trace file (writes its end marker).
+    pub fn close(&mut self) -> anyhow::Result<()> {
         if let Some(w) = self.writer.take() {
             w.finish()?;
         }

@@ -28,6 +28,9 @@ pub struct SessionOptions {
     pub no_probe: bool,
     /// Extra environment for the command.
     pub env: Vec<(OsString, OsString)>,
+    /// `Some(max_entries)`: make PyTorch dump allocator snapshots next to the trace
+    /// (`run --torch-snapshot`).
+    pub torch_snapshot: Option<u64>,
 }
 
 /// A running session.
@@ -277,6 +280,16 @@ impl Session {
     /// Drains until the command exits, then until its rings are done (children that
     /// outlive it get two more seconds). Calls `sink` for every record.
     pub fn wait(&mut self, sink: &mut ModelSink) -> anyhow::Result<ExitStatus> {
+        self.wait_and(sink, &mut |_| Ok(()))
+    }
+
+    /// [`Session::wait`], then `before_close` while the trace is still open (to add run
+    /// information that only exists once the command has ended).
+    pub fn wait_and(
+        &mut self,
+        sink: &mut ModelSink,
+        before_close: &mut dyn FnMut(&mut Recorder) -> anyhow::Result<()>,
+    ) -> anyhow::Result<ExitStatus> {
         let mut idle = 0u32;
         let status = loop {
             let stats = self
@@ -294,10 +307,12 @@ impl Session {
             std::thread::sleep(std::time::Duration::from_micros(500 + 500 * idle as u64));
         };
         CHILD_PID.store(0, Ordering::Relaxed);
-        self.recorder.finish(
+        self.recorder.drain_until(
             monotonic_ns() + 2_000_000_000,
             &mut |r: &Record, rec: &Recorder| sink.apply(r, rec),
         )?;
+        before_close(&mut self.recorder)?;
+        self.recorder.close()?;
         Ok(status)
     }
 

@@ -175,6 +175,10 @@ pub struct Report {
     pub fragmentation: FragRow,
     pub leaks: LeakRow,
     pub failed_allocations: Vec<FailedRow>,
+    /// PyTorch snapshots taken during the run (`run --torch-snapshot`), joined with the
+    /// probe's records; absent when there are none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub torch_snapshots: Vec<crate::torchhook::Joined>,
 }
 
 /// The name used in reports for a verdict.
@@ -344,6 +348,7 @@ impl Report {
             fragmentation: frag,
             leaks,
             failed_allocations,
+            torch_snapshots: Vec::new(),
         }
     }
 }

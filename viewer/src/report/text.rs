@@ -150,6 +150,39 @@ pub fn render(r: &Report) -> String {
             );
         }
     }
+    o.push_str(&torch_lines(r));
+    o
+}
+
+/// One line per PyTorch snapshot joined with the trace.
+pub fn torch_lines(r: &Report) -> String {
+    let mut o = String::new();
+    for t in &r.torch_snapshots {
+        if let Some(e) = &t.error {
+            let _ = writeln!(
+                o,
+                "torch snapshot  pid {} {}: {} ({e})",
+                t.pid, t.reason, t.path
+            );
+            continue;
+        }
+        let _ = writeln!(
+            o,
+            "torch snapshot  pid {} {}: reserved {}, allocated {} ({:.1} % unallocated), non-releasable {}, largest free block {}; {} of {} segments seen by the probe; {} history entries, {} OOM(s) — {}",
+            t.pid,
+            t.reason,
+            bytes(t.reserved),
+            bytes(t.allocated),
+            100.0 * t.unallocated_fraction,
+            bytes(t.non_releasable),
+            bytes(t.largest_free_block),
+            t.segments_seen_by_probe,
+            t.segments,
+            t.history_entries,
+            t.ooms,
+            t.path
+        );
+    }
     o
 }
 
@@ -176,6 +209,7 @@ pub fn print_summary(r: &Report, trace: Option<&std::path::Path>) {
     if r.events.dropped > 0 {
         eprintln!("{} events were dropped (ring full); the map was resynchronised from the probe's live table", r.events.dropped);
     }
+    eprint!("{}", torch_lines(r));
     if let Some(t) = trace {
         eprintln!(
             "trace: {}   (fragprobe report {0} · fragprobe view {0})",

@@ -1,0 +1,160 @@
+//! `fragprobe run --torch-snapshot` with a Python program, on the simulated GPU, against
+//! the stand-in torch in `tests/fixtures/fake-torch` (the same names the hook calls in real
+//! PyTorch): snapshots at OOM and at exit land next to the trace, are named in it, and are
+//! joined with the probe's records; processes that never use CUDA get nothing; a
+//! sitecustomize that was already on the path still runs.
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use fragprobe_tests::probe::{fragprobe, out_path};
+use fragprobe_tests::sim::workspace_root;
+use serde_json::Value;
+
+fn fake_torch() -> PathBuf {
+    workspace_root().join("tests/fixtures/fake-torch")
+}
+
+fn python() -> &'static str {
+    let ok = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        ok,
+        "python3 is needed by these tests (.ci/run installs it on a fresh machine)"
+    );
+    "python3"
+}
+
+fn run_py(script: &str, trace: &Path, pythonpath: &str) -> Output {
+    let dir = trace.with_extension("py.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("train.py");
+    std::fs::write(&file, script).unwrap();
+    fragprobe()
+        .args([
+            "run",
+            "--simulated-gpu",
+            "1x1GiB",
+            "--torch-snapshot",
+            "--record",
+        ])
+        .arg(trace)
+        .arg("--")
+        .arg(python())
+        .arg(&file)
+        .env("PYTHONPATH", pythonpath)
+        .output()
+        .unwrap()
+}
+
+fn report(trace: &Path) -> Value {
+    let out = fragprobe()
+        .args(["report", "--json"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+const TRAIN: &str = r#"
+import torch
+ts = [torch.cuda.alloc(30 << 20) for _ in range(3)]
+torch.cuda.free(ts[1])
+try:
+    torch.cuda.alloc(2 << 30)
+except torch.OutOfMemoryError:
+    print("caught OOM")
+"#;
+
+#[test]
+fn snapshots_at_oom_and_exit_are_kept_and_joined_with_the_trace() {
+    let trace = out_path("torch.fpt");
+    let out = run_py(TRAIN, &trace, fake_torch().to_str().unwrap());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("caught OOM"));
+    let dir = trace.with_file_name(format!(
+        "{}.torch",
+        trace.file_name().unwrap().to_string_lossy()
+    ));
+    let mut files: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}\n{stderr}", dir.display()))
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 2, "{files:?}");
+    assert!(files[0].ends_with("-exit.pickle") && files[1].ends_with("-oom1.pickle"));
+    // The summary names them; the report reads them back from the trace.
+    assert!(stderr.contains("torch snapshot  pid"), "{stderr}");
+    let v = report(&trace);
+    let snaps = v["torch_snapshots"].as_array().unwrap();
+    assert_eq!(snaps.len(), 2, "{v}");
+    let pid = v["processes"][0]["pid"].as_u64().unwrap();
+    for s in snaps {
+        assert_eq!(s["pid"].as_u64(), Some(pid), "{s}");
+        assert!(s["error"].is_null(), "{s}");
+        // Every segment PyTorch reports is an allocation the probe saw from that process.
+        assert_eq!(s["segments"], 3, "{s}");
+        assert_eq!(s["segments_seen_by_probe"], 3, "{s}");
+        assert_eq!(s["reserved"].as_u64(), Some(3 * (30 << 20)), "{s}");
+    }
+    let exit = snaps.iter().find(|s| s["reason"] == "exit").unwrap();
+    assert_eq!(exit["allocated"].as_u64(), Some(2 * (30 << 20)));
+    assert_eq!(exit["ooms"], 1, "{exit}");
+    assert!(exit["history_entries"].as_u64().unwrap() >= 9, "{exit}");
+    // Paths are relative to the trace, so the pair can be moved together.
+    assert!(!Path::new(exit["path"].as_str().unwrap()).is_absolute());
+    // The probe saw the failed 2 GiB request too.
+    assert_eq!(v["allocations"]["failed"], 1, "{v}");
+}
+
+#[test]
+fn programs_that_never_use_cuda_get_no_snapshot() {
+    let trace = out_path("torch-nocuda.fpt");
+    let out = run_py(
+        "import torch\nimport os\nprint('imported', 'FRAGPROBE_TORCH_SNAPSHOT_DIR' in os.environ)\n",
+        &trace,
+        fake_torch().to_str().unwrap(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("imported True"));
+    assert!(!stderr.contains("torch snapshot"), "{stderr}");
+    // The hook never initialised CUDA: no ring, no snapshot directory.
+    assert!(stderr.contains("no process of"), "{stderr}");
+    let dir = format!("{}.torch", trace.display());
+    assert!(!Path::new(&dir).exists());
+}
+
+#[test]
+fn a_sitecustomize_already_on_the_path_still_runs() {
+    let trace = out_path("torch-chain.fpt");
+    let own = trace.with_extension("site");
+    std::fs::create_dir_all(&own).unwrap();
+    std::fs::write(
+        own.join("sitecustomize.py"),
+        "import builtins\nbuiltins.USER_SITE_RAN = True\n",
+    )
+    .unwrap();
+    let path = format!("{}:{}", own.display(), fake_torch().display());
+    let out = run_py(
+        "import builtins, torch\nprint('user site', getattr(builtins, 'USER_SITE_RAN', False))\nt = torch.cuda.alloc(1 << 20)\n",
+        &trace,
+        &path,
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("user site True"),
+        "{stderr}"
+    );
+    let v = report(&trace);
+    assert_eq!(v["torch_snapshots"].as_array().unwrap().len(), 1, "{v}");
+}
