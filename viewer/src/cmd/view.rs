@@ -45,7 +45,7 @@ pub struct Args {
     /// (default: just before the first process exit)
     #[arg(long, value_name = "TIME")]
     pub at: Option<String>,
-    /// The panel shown: map, timeline, figures, events, processes or compare
+    /// The panel shown: map, timeline, figures, events, processes, compare or blocks (PyTorch snapshots)
     #[arg(long, value_name = "NAME")]
     pub panel: Option<String>,
     /// Screenshot size in pixels
