@@ -7,15 +7,19 @@
 //! driver's view of free memory is in every trace.
 
 use core::ffi::{c_char, c_int, c_void};
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use fragprobe_shared::format::{EventKind, MetaKind, MetaWriter, DEVICE_UNKNOWN};
 use fragprobe_shared::ring::Ring;
 
 use crate::dlsym::real_dlsym;
 use crate::record::{synthetic, Seen};
+use crate::thread::Guard;
 
 static DESCRIBED: AtomicU64 = AtomicU64::new(0);
+/// Bumped whenever a context is destroyed: a cached (context → device) is trusted only
+/// under the generation it was learnt in, since a new context may reuse the address.
+static CTX_GENERATION: AtomicU32 = AtomicU32::new(0);
 static LAST_SAMPLE_NS: AtomicU64 = AtomicU64::new(0);
 
 /// Ring flag a consumer sets to ask for a `cuMemGetInfo` sample at the next event.
@@ -26,6 +30,7 @@ pub const SAMPLE_EVERY_NS: u64 = 100_000_000;
 
 struct Fn(AtomicUsize, &'static core::ffi::CStr);
 static CTX_GET_DEVICE: Fn = Fn(AtomicUsize::new(0), c"cuCtxGetDevice");
+static CTX_GET_CURRENT: Fn = Fn(AtomicUsize::new(0), c"cuCtxGetCurrent");
 static DEVICE_GET: Fn = Fn(AtomicUsize::new(0), c"cuDeviceGet");
 static DEVICE_GET_NAME: Fn = Fn(AtomicUsize::new(0), c"cuDeviceGetName");
 static DEVICE_GET_UUID: Fn = Fn(AtomicUsize::new(0), c"cuDeviceGetUuid");
@@ -74,12 +79,70 @@ pub fn current() -> i16 {
     }
 }
 
+/// The calling thread's current context (`cuCtxGetCurrent`, which a driver answers from
+/// thread-local state), or 0 when there is none or the call fails.
+#[inline]
+fn current_context() -> usize {
+    let p = CTX_GET_CURRENT.get();
+    if p == 0 {
+        return 0;
+    }
+    let mut ctx: *mut c_void = core::ptr::null_mut();
+    // SAFETY: cuCtxGetCurrent(CUcontext*) -> CUresult.
+    let f: unsafe extern "C" fn(*mut *mut c_void) -> c_int = unsafe { core::mem::transmute(p) };
+    // SAFETY: ctx is a valid out-parameter.
+    if unsafe { f(&mut ctx) } == 0 {
+        ctx as usize
+    } else {
+        0
+    }
+}
+
+/// [`current`], remembered per thread for the current context: `cuCtxGetDevice` is asked
+/// again only when the thread's current context is another one (`cuCtxSetCurrent`,
+/// push/pop, `cudaSetDevice` — whichever way it changed) or a context was destroyed since
+/// (a new context may reuse the old one's address).
+#[inline]
+pub fn current_cached(g: &Guard) -> i16 {
+    let gen = CTX_GENERATION.load(Ordering::Acquire);
+    let ctx = current_context();
+    if ctx == 0 {
+        return current();
+    }
+    let (c, cg, dev) = g.ctx_cache();
+    if c == ctx && cg == gen {
+        return dev;
+    }
+    let dev = current();
+    if dev != DEVICE_UNKNOWN {
+        g.set_ctx_cache((ctx, gen, dev));
+    }
+    dev
+}
+
+/// A context was destroyed (or is being): every thread's cached device is stale.
+#[inline]
+pub fn context_destroyed() {
+    CTX_GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
 /// Writes a Device record the first time `ordinal` is seen.
+#[inline]
 pub fn describe(ring: &Ring, ordinal: i16) {
     if !(0..64).contains(&ordinal) {
         return;
     }
     let bit = 1u64 << ordinal;
+    // A plain load first: after the first event per device this is all it costs (no
+    // read-modify-write bouncing the cache line between threads).
+    if DESCRIBED.load(Ordering::Acquire) & bit != 0 {
+        return;
+    }
+    describe_new(ring, ordinal, bit);
+}
+
+#[cold]
+fn describe_new(ring: &Ring, ordinal: i16, bit: u64) {
     if DESCRIBED.fetch_or(bit, Ordering::AcqRel) & bit != 0 {
         return;
     }

@@ -57,6 +57,9 @@ hook_table! {
     cuIpcCloseMemHandle(dptr: u64) => h::cuIpcCloseMemHandle;
     cuMemImportFromShareableHandle(handle: *mut u64, os_handle: Ptr, kind: c_uint) => h::cuMemImportFromShareableHandle;
     cuMemPoolImportPointer(dptr: *mut u64, pool: Ptr, share: Ptr) => h::cuMemPoolImportPointer;
+    // --- driver: contexts (only so the probe's per-thread device cache never outlives one) ---
+    cuCtxDestroy_v2(ctx: Ptr) => h::cuCtxDestroy_v2;
+    cuCtxDestroy(ctx: Ptr) => h::cuCtxDestroy;
     // --- door 3: the driver's own symbol lookup ---
     cuGetProcAddress(symbol: *const c_char, pfn: *mut Ptr, version: c_int, flags: u64) => h::cuGetProcAddress;
     cuGetProcAddress_v2(symbol: *const c_char, pfn: *mut Ptr, version: c_int, flags: u64, status: *mut c_int) => h::cuGetProcAddress_v2;

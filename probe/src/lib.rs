@@ -19,6 +19,7 @@
 
 #![allow(non_snake_case)]
 
+pub mod clock;
 pub mod device;
 pub mod dlsym;
 pub mod getproc;

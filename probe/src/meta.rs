@@ -28,7 +28,7 @@ pub const ENV_KEYS: [&core::ffi::CStr; 8] = [
     c"FRAGPROBE_SESSION",
 ];
 
-fn read_file(path: &core::ffi::CStr, buf: &mut [u8]) -> usize {
+pub(crate) fn read_file(path: &core::ffi::CStr, buf: &mut [u8]) -> usize {
     // SAFETY: path is NUL-terminated.
     let fd = unsafe { libc::open(path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC) };
     if fd < 0 {
@@ -110,6 +110,8 @@ pub fn write_process_start(ring: &Ring) {
         // SAFETY: k is NUL-terminated.
         cstr_field(&mut w, k.to_bytes(), unsafe { libc::getenv(k.as_ptr()) });
     }
+    // Where the records' durations come from (see crate::clock).
+    w.field(b"dur_clock", crate::clock::source_name());
     w.field(b"cmdline", cmd);
     let (len, _) = w.finish();
     let meta = ring.write_meta(&buf[..len]).unwrap_or(0);

@@ -12,7 +12,8 @@ use fragprobe_shared::format::{Api, EventKind, Flags, Record, DEVICE_UNKNOWN};
 use fragprobe_shared::live::{LiveClass, LiveEntry};
 use fragprobe_shared::ring::Ring;
 
-use crate::thread::{now_ns, tid, Guard};
+use crate::clock;
+use crate::thread::Guard;
 use crate::{device, state};
 
 /// What a hook saw, before the common fields are filled in.
@@ -42,29 +43,42 @@ pub fn protect(f: impl FnOnce()) {
     }
 }
 
-fn build(
-    kind: EventKind,
-    api: Api,
-    s: &Seen,
-    device: i16,
-    result: c_int,
-    t0: u64,
-    t1: u64,
-) -> Record {
-    let dur = t1.saturating_sub(t0);
+/// When and on which thread: the record's timestamp, the call's duration, the thread id.
+#[derive(Clone, Copy)]
+struct When {
+    ts: u64,
+    dur: u64,
+    tid: u32,
+}
+
+impl When {
+    #[inline]
+    fn after(start: clock::Start, g: &Guard) -> When {
+        let (ts, dur) = clock::stop(start);
+        When {
+            ts,
+            dur,
+            tid: g.tid(),
+        }
+    }
+}
+
+#[inline]
+fn build(kind: EventKind, api: Api, s: &Seen, device: i16, result: c_int, w: When) -> Record {
+    let dur = w.dur;
     let mut flags = s.flags;
     if dur > u32::MAX as u64 {
         flags |= Flags::DUR_SATURATED;
     }
     Record {
         seq: 0,
-        ts_ns: t1,
+        ts_ns: w.ts,
         addr: s.addr,
         size: s.size,
         aux: s.aux,
         aux2: s.aux2,
         pid: state::pid(),
-        tid: tid(),
+        tid: w.tid,
         result: result as u32,
         dur_ns: dur.min(u32::MAX as u64) as u32,
         kind: kind as u16,
@@ -111,25 +125,25 @@ pub fn alloc(
     call: impl FnOnce() -> c_int,
     seen: impl FnOnce(c_int) -> Seen,
 ) -> c_int {
-    let Some(_g) = Guard::enter() else {
+    let Some(g) = Guard::enter() else {
         return call();
     };
-    let t0 = now_ns();
+    let t0 = clock::start();
     let r = call();
-    let t1 = now_ns();
+    let w = When::after(t0, &g);
     if let Some(ring) = state::ring() {
         protect(|| {
             let s = seen(r);
-            let dev = s.device.unwrap_or_else(device::current);
+            let dev = s.device.unwrap_or_else(|| device::current_cached(&g));
             device::describe(ring, dev);
             if r != 0 {
                 // The verdict of a failed allocation needs the driver's free bytes now.
-                device::sample(ring, t1, true);
+                device::sample(ring, w.ts, true);
             }
-            let rec = build(kind, api, &s, dev, r, t0, t1);
+            let rec = build(kind, api, &s, dev, r, w);
             let live = class.filter(|_| r == 0 && s.addr != 0).map(|c| (s.addr, c));
             push_with_live(ring, rec, live);
-            device::maybe_sample(ring, t1);
+            device::maybe_sample(ring, w.ts);
         });
     }
     r
@@ -146,7 +160,7 @@ pub fn free(
     aux: u64,
     call: impl FnOnce() -> c_int,
 ) -> c_int {
-    let Some(_g) = Guard::enter() else {
+    let Some(g) = Guard::enter() else {
         return call();
     };
     let Some(ring) = state::ring() else {
@@ -155,9 +169,9 @@ pub fn free(
     let claim = ring.claim();
     let mut entry: Option<LiveEntry> = None;
     protect(|| entry = classes.iter().find_map(|c| ring.live().remove(key, *c)));
-    let t0 = now_ns();
+    let t0 = clock::start();
     let r = call();
-    let t1 = now_ns();
+    let w = When::after(t0, &g);
     protect(|| {
         if r != 0 {
             if let Some(e) = entry {
@@ -173,7 +187,7 @@ pub fn free(
             ..Seen::default()
         };
         let dev = s.device.unwrap_or(DEVICE_UNKNOWN);
-        let rec = build(kind, api, &s, dev, r, t0, t1);
+        let rec = build(kind, api, &s, dev, r, w);
         if let Some(c) = claim {
             c.commit(rec);
         }
@@ -184,7 +198,7 @@ pub fn free(
 /// `cuMemUnmap`: removes every mapping that starts inside `[va, va + size)`.
 #[inline]
 pub fn unmap(api: Api, va: u64, size: u64, call: impl FnOnce() -> c_int) -> c_int {
-    let Some(_g) = Guard::enter() else {
+    let Some(g) = Guard::enter() else {
         return call();
     };
     let Some(ring) = state::ring() else {
@@ -208,9 +222,9 @@ pub fn unmap(api: Api, va: u64, size: u64, call: impl FnOnce() -> c_int) -> c_in
             }
         }
     });
-    let t0 = now_ns();
+    let t0 = clock::start();
     let r = call();
-    let t1 = now_ns();
+    let w = When::after(t0, &g);
     protect(|| {
         if r != 0 {
             for e in removed.iter().flatten() {
@@ -223,7 +237,7 @@ pub fn unmap(api: Api, va: u64, size: u64, call: impl FnOnce() -> c_int) -> c_in
             size,
             ..Seen::default()
         };
-        let rec = build(EventKind::MemUnmap, api, &s, device, r, t0, t1);
+        let rec = build(EventKind::MemUnmap, api, &s, device, r, w);
         if let Some(c) = claim {
             c.commit(rec);
         }
@@ -270,17 +284,17 @@ pub fn note(
     call: impl FnOnce() -> c_int,
     seen: impl FnOnce(c_int) -> Option<Seen>,
 ) -> c_int {
-    let Some(_g) = Guard::enter() else {
+    let Some(g) = Guard::enter() else {
         return call();
     };
-    let t0 = now_ns();
+    let t0 = clock::start();
     let r = call();
-    let t1 = now_ns();
+    let w = When::after(t0, &g);
     if let Some(ring) = state::ring() {
         protect(|| {
             if let Some(s) = seen(r) {
-                let dev = s.device.unwrap_or_else(device::current);
-                let rec = build(kind, api, &s, dev, r, t0, t1);
+                let dev = s.device.unwrap_or_else(|| device::current_cached(&g));
+                let rec = build(kind, api, &s, dev, r, w);
                 push_with_live(ring, rec, None);
             }
         });
@@ -290,8 +304,12 @@ pub fn note(
 
 /// Builds and pushes a record that no program call produced (samples, exit, devices).
 pub fn synthetic(ring: &Ring, kind: EventKind, s: &Seen, device: i16, meta: u64) {
-    let now = now_ns();
-    let mut rec = build(kind, Api::Probe, s, device, 0, now, now);
+    let w = When {
+        ts: clock::now_ns(),
+        dur: 0,
+        tid: crate::thread::tid(),
+    };
+    let mut rec = build(kind, Api::Probe, s, device, 0, w);
     rec.meta = meta;
     push_with_live(ring, rec, None);
 }

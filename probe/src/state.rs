@@ -79,7 +79,8 @@ fn start() -> Option<&'static Ring> {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() } as u32;
     PID.store(pid, Ordering::Relaxed);
-    let start_ns = crate::thread::now_ns();
+    crate::clock::setup();
+    let start_ns = crate::clock::now_ns();
     match crate::ringfile::create(pid, start_ns) {
         Ok(ring) => {
             // SAFETY: we won the exchange to STARTING: no other thread reads or writes RING

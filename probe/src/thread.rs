@@ -1,15 +1,33 @@
-//! Per-thread state: the re-entrancy guard, the cached thread id, the clock.
+//! Per-thread state: the re-entrancy guard, the cached thread id, the device of the current
+//! context.
 //!
-//! Thread-locals are `const`-initialised `Cell`s without destructors: no allocation, no
-//! registration, safe to touch from any hook (including during thread teardown, where
-//! `try_with` fails and the hook simply passes through).
+//! All of it is one `const`-initialised thread-local without a destructor: no allocation,
+//! no registration, safe to touch from any hook (including during thread teardown, where
+//! `try_with` fails and the hook simply passes through). A hook looks the thread-local up
+//! once (in a shared library every lookup is a `__tls_get_addr` call) and keeps the
+//! reference in its [`Guard`].
 
 use core::cell::Cell;
 use core::sync::atomic::{AtomicU32, Ordering};
 
+/// What the probe keeps per thread.
+pub struct ThreadState {
+    depth: Cell<u32>,
+    /// (fork generation, kernel thread id).
+    tid: Cell<(u32, u32)>,
+    /// (context, context generation, its device): the device of the last current context
+    /// seen (see [`crate::device::current_cached`]).
+    ctx: Cell<(usize, u32, i16)>,
+}
+
 thread_local! {
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
-    static TID: Cell<(u32, u32)> = const { Cell::new((u32::MAX, 0)) };
+    static STATE: ThreadState = const {
+        ThreadState {
+            depth: Cell::new(0),
+            tid: Cell::new((u32::MAX, 0)),
+            ctx: Cell::new((0, 0, -1)),
+        }
+    };
 }
 
 /// Bumped in the child after `fork`, so cached thread ids are fetched again.
@@ -18,6 +36,7 @@ pub static FORK_GENERATION: AtomicU32 = AtomicU32::new(0);
 /// Proof that this thread is inside the outermost hooked call. Recording code is only
 /// reachable through a `Guard`; dropping it re-enables recording on the thread.
 pub struct Guard {
+    state: &'static ThreadState,
     _not_send: core::marker::PhantomData<*const ()>,
 }
 
@@ -27,60 +46,65 @@ impl Guard {
     /// recorded twice.
     #[inline]
     pub fn enter() -> Option<Guard> {
-        let outermost = DEPTH
-            .try_with(|d| {
-                if d.get() == 0 {
-                    d.set(1);
-                    true
-                } else {
-                    false
-                }
-            })
-            .unwrap_or(false);
-        outermost.then_some(Guard {
+        let state = STATE.try_with(|s| s as *const ThreadState).ok()?;
+        // SAFETY: the thread-local has a const initialiser and no destructor, so its storage
+        // is valid until this thread exits; the Guard is !Send and lives inside one hooked
+        // call on this thread, so the reference never outlives the storage.
+        let state: &'static ThreadState = unsafe { &*state };
+        if state.depth.get() != 0 {
+            return None;
+        }
+        state.depth.set(1);
+        Some(Guard {
+            state,
             _not_send: core::marker::PhantomData,
         })
+    }
+
+    /// The kernel thread id, cached per thread and refreshed after `fork`.
+    #[inline]
+    pub fn tid(&self) -> u32 {
+        tid_of(self.state)
+    }
+
+    /// The cached (context, context generation, device).
+    #[inline]
+    pub fn ctx_cache(&self) -> (usize, u32, i16) {
+        self.state.ctx.get()
+    }
+
+    /// Replaces the cached (context, context generation, device).
+    #[inline]
+    pub fn set_ctx_cache(&self, v: (usize, u32, i16)) {
+        self.state.ctx.set(v)
     }
 }
 
 impl Drop for Guard {
     #[inline]
     fn drop(&mut self) {
-        let _ = DEPTH.try_with(|d| d.set(0));
+        self.state.depth.set(0);
     }
 }
 
-/// The kernel thread id, cached per thread and refreshed after `fork`.
-#[inline]
+/// The kernel thread id, for code that runs without a [`Guard`] (exit handlers).
 pub fn tid() -> u32 {
+    STATE.try_with(tid_of).unwrap_or_else(|_| raw_gettid())
+}
+
+#[inline]
+fn tid_of(s: &ThreadState) -> u32 {
     let gen = FORK_GENERATION.load(Ordering::Relaxed);
-    TID.try_with(|c| {
-        let (g, t) = c.get();
-        if g == gen {
-            return t;
-        }
-        let t = raw_gettid();
-        c.set((gen, t));
-        t
-    })
-    .unwrap_or_else(|_| raw_gettid())
+    let (g, t) = s.tid.get();
+    if g == gen {
+        return t;
+    }
+    let t = raw_gettid();
+    s.tid.set((gen, t));
+    t
 }
 
 fn raw_gettid() -> u32 {
     // SAFETY: gettid takes no arguments and cannot fail.
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
-}
-
-/// CLOCK_MONOTONIC in nanoseconds (vDSO, no syscall on Linux).
-#[inline]
-pub fn now_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: ts is a valid, writable timespec; CLOCK_MONOTONIC always exists on Linux.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    (ts.tv_sec as u64)
-        .wrapping_mul(1_000_000_000)
-        .wrapping_add(ts.tv_nsec as u64)
 }

@@ -35,12 +35,12 @@ fn fresh_dir(name: &str) -> PathBuf {
 #[test]
 fn a_full_ring_drops_and_counts_and_never_blocks() {
     let dir = fresh_dir("full-ring");
+    // Build the command (which may build the probe and the scenario) before timing the run.
+    let mut cmd = preloaded("threads16", &dir);
+    cmd.args(["2000", "--quiet"])
+        .env("FRAGPROBE_RING_CAPACITY", "64");
     let t = std::time::Instant::now();
-    let out = preloaded("threads16", &dir)
-        .args(["2000", "--quiet"])
-        .env("FRAGPROBE_RING_CAPACITY", "64")
-        .output()
-        .unwrap();
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
         "{}",

@@ -175,6 +175,25 @@ fn sixteen_threads_concurrently() {
 }
 
 #[test]
+fn each_allocation_is_on_the_device_current_at_the_time() {
+    // Context switches every way (set, push/pop, create/destroy, cudaSetDevice) between
+    // allocations, another thread on the other device meanwhile: the probe's per-thread
+    // device cache must follow every switch (assert_same_calls compares devices).
+    let rec = record_scenario("ctx_switch", &["4"], Some("2x4GiB"), &[]);
+    assert_same_calls("ctx_switch", &rec);
+    for dev in [0, 1] {
+        assert!(
+            rec.lines
+                .iter()
+                .filter(|l| l.op == "alloc" && l.res == 0 && l.dev == dev)
+                .count()
+                >= 20,
+            "allocations on device {dev}"
+        );
+    }
+}
+
+#[test]
 fn fork_child_is_its_own_process() {
     let rec = record_scenario("fork", &[], None, &[]);
     assert_same_calls("fork", &rec);

@@ -44,6 +44,15 @@ pub(crate) fn with_gpu<T>(f: impl FnOnce(&mut Gpu) -> CuResult<T>) -> CuResult<T
     }
 }
 
+/// Whether the driver is usable in this process, without taking its lock: for the calls a
+/// real driver answers from the calling thread's own state (`cuCtxGetCurrent`).
+pub(crate) fn initialized() -> CuResult<()> {
+    if FORKED.load(Ordering::Relaxed) || GPU.get().is_none() {
+        return Err(CuError(CUDA_ERROR_NOT_INITIALIZED));
+    }
+    Ok(())
+}
+
 /// Like [`with_gpu`] for calls that return only a code.
 pub(crate) fn run(f: impl FnOnce(&mut Gpu) -> CuResult<()>) -> u32 {
     code_of(with_gpu(f))

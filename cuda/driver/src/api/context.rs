@@ -1,7 +1,7 @@
 //! Primary and created contexts, the per-thread context stack.
 
 use super::{code, cur, put};
-use crate::{run, with_gpu};
+use crate::{initialized, run, with_gpu};
 use fragprobe_simgpu::codes::*;
 use fragprobe_simgpu::current;
 use std::ffi::{c_int, c_uint, c_void};
@@ -209,7 +209,9 @@ pub unsafe extern "C" fn cuCtxDestroy(ctx: CUcontext) -> u32 {
 /// `pctx` must be NULL or valid for a write.
 #[no_mangle]
 pub unsafe extern "C" fn cuCtxGetCurrent(pctx: *mut CUcontext) -> u32 {
-    code(with_gpu(|_| {
+    // A real driver answers this from the calling thread's state, without a global lock;
+    // so does the simulation (the thread's context stack is thread-local).
+    code(initialized().and_then(|()| {
         // SAFETY: forwarded caller contract.
         unsafe { put(pctx, ctx_ptr(cur().unwrap_or(0))) }
     }))
