@@ -63,7 +63,11 @@ fn setup() -> Setup {
     std::env::set_var("FRAGPROBE_RING_DIR", &rings);
     std::env::set_var("FRAGPROBE_RING_CAPACITY", "1048576");
     let driver_path = fragprobe_tests::sim::driver_library();
-    let probe_path = fragprobe_tests::probe::probe_library();
+    // FRAGPROBE_BENCH_PROBE=<path> measures another build of the probe (an older commit's,
+    // say) against the same direct calls.
+    let probe_path = std::env::var_os("FRAGPROBE_BENCH_PROBE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(fragprobe_tests::probe::probe_library);
     // SAFETY: loading the stand-in driver and the probe; symbols have the declared CUDA
     // signatures. The probe finds the driver by its soname (libcuda.so.1), already loaded.
     unsafe {

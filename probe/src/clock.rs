@@ -1,23 +1,27 @@
-//! Hook timing: the record's timestamp from one `CLOCK_MONOTONIC` read, the call's duration
-//! from time-stamp-counter ticks.
+//! Hook timing: the call's duration and the record's timestamp from time-stamp-counter
+//! ticks, converted to `CLOCK_MONOTONIC` nanoseconds.
 //!
-//! A hook needs two instants (before and after the real call). Two `clock_gettime` calls
-//! cost about 20 ns each; `rdtsc` costs a few. So when the TSC is trustworthy a hook reads
-//! the TSC before the call, the TSC and the clock after it, and converts the tick delta to
-//! nanoseconds with a factor calibrated against `CLOCK_MONOTONIC` in the hooks themselves
-//! (no start-up delay): the first pair (ticks, ns) is taken when the probe starts, and the
-//! factor is computed once 10 ms have passed, then refined over longer spans (×4 each time,
-//! up to about 100 s). Until the first calibration, and whenever the TSC is not trusted,
-//! both instants come from `clock_gettime` as before. `dur_ns` is nanoseconds either way.
+//! A hook needs two instants (before and after the real call). `clock_gettime` costs about
+//! 24 ns, `rdtsc` about 10. So when the TSC is trustworthy a hook reads only the TSC, before
+//! and after the call: the duration is the tick delta times a factor calibrated against
+//! `CLOCK_MONOTONIC` in the hooks themselves (no start-up delay: the first (ticks, ns) pair
+//! is taken when the probe starts, the factor computed once 10 ms have passed and refined
+//! over spans 4 × longer each time, up to about 100 s); the timestamp is the latest
+//! *anchor* (a (ticks, ns) pair read back to back, renewed every millisecond by whichever
+//! hook finds it stale) plus the ticks since, converted the same way. A timestamp is thus
+//! within the kernel's slew of the clock over one millisecond (under 1 µs even at NTP's
+//! maximum 500 ppm, a few ns typically) of a `clock_gettime` at the same moment. Until the
+//! first calibration, and whenever the TSC is not trusted, both instants come from
+//! `clock_gettime`. `dur_ns` and `ts_ns` are nanoseconds either way.
 //!
 //! The TSC is trusted only on x86-64 when the CPU says it is invariant (constant rate in
 //! every P-/C-state: CPUID 0x8000_0007 EDX bit 8) *and* the kernel's clocksource is `tsc`
 //! (the kernel checked the counters are synchronised across CPUs, so a thread that moves
 //! between cores mid-call still gets a sane delta). A calibration that gives an implausible
 //! rate turns the TSC off for the process. `FRAGPROBE_CLOCK=monotonic` forces
-//! `clock_gettime` for durations.
+//! `clock_gettime`.
 
-use core::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use core::sync::atomic::{fence, AtomicU64, AtomicU8, Ordering};
 
 /// Nanoseconds per tick, 32.32 fixed point; 0 while durations come from `clock_gettime`.
 static MULT: AtomicU64 = AtomicU64::new(0);
@@ -26,6 +30,12 @@ static ANCHOR_TICKS: AtomicU64 = AtomicU64::new(0);
 static ANCHOR_NS: AtomicU64 = AtomicU64::new(0);
 /// `CLOCK_MONOTONIC` ns at which the next (re)calibration is due; `u64::MAX`: never.
 static NEXT_CAL_NS: AtomicU64 = AtomicU64::new(u64::MAX);
+/// The timestamp anchor, a seqlock: version (odd while being written), ticks, ns.
+static TS_VERSION: AtomicU64 = AtomicU64::new(0);
+static TS_TICKS: AtomicU64 = AtomicU64::new(0);
+static TS_NS: AtomicU64 = AtomicU64::new(0);
+/// When the anchor is due for renewal (ns); `u64::MAX` while one thread renews it.
+static NEXT_ANCHOR_NS: AtomicU64 = AtomicU64::new(u64::MAX);
 /// What [`setup`] decided.
 static SOURCE: AtomicU8 = AtomicU8::new(UNDECIDED);
 
@@ -37,6 +47,8 @@ const MONOTONIC: u8 = 2;
 const FIRST_CAL_NS: u64 = 10_000_000;
 /// No recalibration past this span: the factor is then exact to well under 1 ppm.
 const LAST_CAL_NS: u64 = 100_000_000_000;
+/// How often the timestamp anchor is renewed.
+const ANCHOR_EVERY_NS: u64 = 1_000_000;
 
 /// The instant before a call, in whichever unit [`start`] chose.
 #[derive(Clone, Copy)]
@@ -50,7 +62,8 @@ pub enum Start {
 /// The instant before the real call.
 #[inline]
 pub fn start() -> Start {
-    if MULT.load(Ordering::Relaxed) != 0 {
+    // Acquire: pairs with the calibration's release, so the first anchor is visible.
+    if MULT.load(Ordering::Acquire) != 0 {
         Start::Ticks(rdtsc())
     } else {
         Start::Ns(now_ns())
@@ -63,10 +76,15 @@ pub fn stop(s: Start) -> (u64, u64) {
     match s {
         Start::Ticks(t0) => {
             let t1 = rdtsc();
-            let ts = now_ns();
-            let dur = ticks_to_ns(t1.saturating_sub(t0), MULT.load(Ordering::Relaxed));
-            if ts >= NEXT_CAL_NS.load(Ordering::Relaxed) {
-                calibrate(ts);
+            let mult = MULT.load(Ordering::Relaxed);
+            let dur = ticks_to_ns(t1.saturating_sub(t0), mult);
+            let ts = match anchored(t1, mult) {
+                Some(ts) => ts,
+                // The anchor is being renewed this instant: ask the clock.
+                None => now_ns(),
+            };
+            if ts >= NEXT_ANCHOR_NS.load(Ordering::Relaxed) {
+                renew_anchor(ts);
             }
             (ts, dur)
         }
@@ -77,6 +95,49 @@ pub fn stop(s: Start) -> (u64, u64) {
             }
             (ts, ts.saturating_sub(t0))
         }
+    }
+}
+
+/// The timestamp of TSC reading `t`: the anchor's ns plus the ticks since it. `None` while
+/// the anchor is being written (or is younger than `t`'s reading, never in practice).
+#[inline]
+fn anchored(t: u64, mult: u64) -> Option<u64> {
+    let v1 = TS_VERSION.load(Ordering::Acquire);
+    let ticks = TS_TICKS.load(Ordering::Relaxed);
+    let ns = TS_NS.load(Ordering::Relaxed);
+    fence(Ordering::Acquire);
+    let v2 = TS_VERSION.load(Ordering::Relaxed);
+    if v1 != v2 || v1 & 1 == 1 || v1 == 0 || t < ticks {
+        return None;
+    }
+    Some(ns.wrapping_add(ticks_to_ns(t - ticks, mult)))
+}
+
+/// Writes a new timestamp anchor; the caller holds the renewal (one writer at a time).
+fn write_anchor(ticks: u64, ns: u64) {
+    let v = TS_VERSION.load(Ordering::Relaxed);
+    TS_VERSION.store(v.wrapping_add(1) | 1, Ordering::Relaxed);
+    fence(Ordering::Release);
+    TS_TICKS.store(ticks, Ordering::Relaxed);
+    TS_NS.store(ns, Ordering::Relaxed);
+    TS_VERSION.store((v.wrapping_add(1) | 1).wrapping_add(1), Ordering::Release);
+}
+
+#[cold]
+fn renew_anchor(seen_ns: u64) {
+    let due = NEXT_ANCHOR_NS.load(Ordering::Acquire);
+    if seen_ns < due
+        || NEXT_ANCHOR_NS
+            .compare_exchange(due, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+    {
+        return;
+    }
+    let (ticks, ns) = pair();
+    write_anchor(ticks, ns);
+    NEXT_ANCHOR_NS.store(ns.saturating_add(ANCHOR_EVERY_NS), Ordering::Release);
+    if ns >= NEXT_CAL_NS.load(Ordering::Relaxed) {
+        calibrate(ns);
     }
 }
 
@@ -209,7 +270,12 @@ fn calibrate(seen_ns: u64) {
         SOURCE.store(MONOTONIC, Ordering::Release);
         return;
     }
-    MULT.store(mult as u64, Ordering::Relaxed);
+    // Timestamps from this pair on; the anchor is renewed every millisecond from now.
+    if NEXT_ANCHOR_NS.load(Ordering::Acquire) == u64::MAX && MULT.load(Ordering::Relaxed) == 0 {
+        write_anchor(ticks, ns);
+        NEXT_ANCHOR_NS.store(ns.saturating_add(ANCHOR_EVERY_NS), Ordering::Release);
+    }
+    MULT.store(mult as u64, Ordering::Release);
     if span_ns < LAST_CAL_NS {
         NEXT_CAL_NS.store(
             ns.saturating_add(span_ns.saturating_mul(3)),
@@ -253,11 +319,29 @@ mod tests {
             }
             let c1 = now_ns();
             let (ts, dur) = stop(s);
-            assert!(ts >= c1);
+            let c2 = now_ns();
+            // The timestamp is the clock's, to within a microsecond (see the module doc).
+            assert!(ts + 1_000 >= c1 && ts <= c2 + 1_000, "{c1} <= {ts} <= {c2}");
             // The measured span contains [c0, c1] and little else (this thread may be
             // preempted, so only the lower bound is tight).
             assert!(dur + 2_000 >= c1 - c0, "{dur} < {}", c1 - c0);
             assert!(dur < (c1 - c0) + 50_000_000, "{dur}");
         }
+        // Timestamps across many anchor renewals never run ahead of the clock, and keep up
+        // with it (the median gap to a clock read right after is small).
+        let until = now_ns() + 30_000_000;
+        let mut gaps = Vec::new();
+        while now_ns() < until {
+            let (ts, _) = stop(start());
+            let c = now_ns();
+            assert!(ts <= c + 1_000, "timestamp {ts} ahead of the clock {c}");
+            gaps.push(c.saturating_sub(ts));
+        }
+        gaps.sort_unstable();
+        assert!(
+            gaps[gaps.len() / 2] < 5_000,
+            "median gap {}",
+            gaps[gaps.len() / 2]
+        );
     }
 }

@@ -167,6 +167,38 @@ fn durations_are_nanoseconds_with_either_clock() {
             median < latency * 4,
             "{source}: median {median} ns for a {latency} ns call"
         );
+        // Timestamps (taken after each call) agree with the durations: a thread's calls
+        // follow one another, so consecutive timestamps are at least the later call's
+        // duration apart (1 µs for the TSC conversion), and none is after the process's exit
+        // record (the first calls may precede the start record: the ring is created after
+        // the first call returns).
+        let bound = |k: EventKind| {
+            rec.records
+                .iter()
+                .find(|r| r.kind == k as u16)
+                .map(|r| r.ts_ns)
+                .unwrap()
+        };
+        let exit = bound(EventKind::ProcessExit);
+        let mut by_tid = std::collections::HashMap::<u32, Vec<&Record>>::new();
+        for r in rec.records.iter().filter(|r| op_of(r).is_some()) {
+            assert!(
+                r.ts_ns <= exit + 1_000,
+                "{source}: {r:?} after exit at {exit}"
+            );
+            by_tid.entry(r.tid).or_default().push(r);
+        }
+        for calls in by_tid.values_mut() {
+            calls.sort_by_key(|r| r.seq);
+            for w in calls.windows(2) {
+                assert!(
+                    w[1].ts_ns + 1_000 >= w[0].ts_ns + w[1].dur_ns as u64,
+                    "{source}: {:?} then {:?}",
+                    w[0],
+                    w[1]
+                );
+            }
+        }
         eprintln!(
             "dur_clock {source}: min {} median {median} max {}",
             durs[0],
