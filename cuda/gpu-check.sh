@@ -13,6 +13,8 @@
 #   3. NVML's figure for the process − tracked bytes == the context overhead alone
 #   4. a statically linked nvcc program is fully seen (every call it printed is recorded)
 #   5. overhead on the loop < 1 % (median of 3 runs with vs without the probe)
+#   6. run --torch-snapshot: PyTorch's exit snapshot is written, and every segment in it
+#      is an allocation the probe saw from the same process
 set -uo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${FRAGPROBE_BIN:-$here/../target/release}"
@@ -117,6 +119,18 @@ PY
 else
   verdict SKIP "static-cudart program: nvcc not found"
 fi
+
+# 6. run --torch-snapshot: the allocator's own snapshot joined with the probe's trace.
+"$fp" run -q --torch-snapshot --record "$out/snap.fpt" -- python3 "$here/gpu-check/train.py" 10 >"$out/snap.out" 2>"$out/snap.err"
+"$fp" report --json "$out/snap.fpt" >"$out/snap.json" 2>>"$out/snap.err"
+python3 - "$out/snap.json" <<'PY' && verdict PASS "torch snapshot at exit: every segment seen by the probe" || verdict FAIL "torch snapshot missing or not joined (see $out/snap.err)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+s = [x for x in r.get("torch_snapshots", []) if x["reason"] == "exit"]
+for x in s:
+    print(f"     pid {x['pid']}: {x['segments_seen_by_probe']} of {x['segments']} segments seen, reserved {x['reserved']}, error {x['error']}")
+sys.exit(0 if s and all(x["error"] is None and x["segments"] > 0 and x["segments_seen_by_probe"] == x["segments"] for x in s) else 1)
+PY
 
 # 5. Overhead on the loop (median of 3, same machine, alternating).
 python3 - "$fp" "$here/gpu-check/train.py" "$steps" <<'PY' && verdict PASS "overhead on the training loop < 1 %" || verdict FAIL "overhead on the training loop >= 1 %"
