@@ -596,12 +596,19 @@ impl Viewer {
         let Some(s) = &self.nvml else {
             return (None, None);
         };
+        // NVML numbers GPUs in PCI order over the whole machine; CUDA ordinals follow
+        // CUDA_VISIBLE_DEVICES. The uuid the probe recorded names the same GPU in both.
+        let uuid = {
+            let h = run.head();
+            h.model
+                .space_id(space.pid, space.device)
+                .and_then(|i| h.model.space(i))
+                .and_then(|sp| h.model.device(sp.device()))
+                .and_then(|d| d.info().uuid.clone())
+        };
         let found = s.with(|st| {
             let snap = st.last.as_ref()?;
-            let dev = snap
-                .devices
-                .iter()
-                .find(|d| d.index as i16 == space.device)?;
+            let dev = snap.device_for(uuid.as_deref(), space.device)?;
             let mem = dev.memory.as_ref().ok()?;
             let proc_used = dev
                 .process_list()
@@ -820,8 +827,20 @@ impl Viewer {
     ) {
         let Some(s) = &self.nvml else { return };
         let t0 = head.t_first;
+        let uuid = head
+            .model
+            .space_id(space.pid, space.device)
+            .and_then(|i| head.model.space(i))
+            .and_then(|sp| head.model.device(sp.device()))
+            .and_then(|d| d.info().uuid.clone());
         s.with(|st| {
-            let Some(h) = st.history.get(&(space.device.max(0) as u32)) else {
+            // The NVML index of this CUDA device (by uuid: ordinals may be remapped).
+            let index = st
+                .last
+                .as_ref()
+                .and_then(|snap| snap.device_for(uuid.as_deref(), space.device))
+                .map_or(space.device.max(0) as u32, |d| d.index);
+            let Some(h) = st.history.get(&index) else {
                 return;
             };
             let points: Vec<[f64; 2]> = h

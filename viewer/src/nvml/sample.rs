@@ -220,3 +220,57 @@ pub struct Snapshot {
     /// The devices, in index order.
     pub devices: Vec<DeviceSample>,
 }
+
+impl Snapshot {
+    /// The NVML device a CUDA device is: by uuid when the probe recorded one (NVML numbers
+    /// GPUs over the whole machine in PCI order, CUDA ordinals follow
+    /// `CUDA_VISIBLE_DEVICES`), else by index — right only when nothing is remapped.
+    pub fn device_for(&self, uuid: Option<&str>, ordinal: i16) -> Option<&DeviceSample> {
+        if let Some(u) = uuid {
+            let found = self
+                .devices
+                .iter()
+                .find(|d| d.uuid.as_ref().is_ok_and(|v| v == u));
+            if found.is_some() {
+                return found;
+            }
+        }
+        self.devices
+            .iter()
+            .find(|d| i16::try_from(d.index).is_ok_and(|i| i == ordinal))
+    }
+}
+
+#[cfg(test)]
+mod device_for_tests {
+    use super::*;
+
+    fn snap() -> Snapshot {
+        let dev = |index: u32, uuid: &str| DeviceSample {
+            uuid: Ok(uuid.into()),
+            ..DeviceSample::missing(index, Na::NotSupported)
+        };
+        Snapshot {
+            unix_ns: 0,
+            driver: Err(Na::NotSupported),
+            devices: vec![dev(0, "GPU-aaaa"), dev(1, "GPU-bbbb"), dev(2, "GPU-cccc")],
+        }
+    }
+
+    #[test]
+    fn a_remapped_ordinal_is_found_by_uuid() {
+        let s = snap();
+        // CUDA_VISIBLE_DEVICES=2,0: CUDA ordinal 0 is NVML index 2.
+        assert_eq!(s.device_for(Some("GPU-cccc"), 0).map(|d| d.index), Some(2));
+        assert_eq!(s.device_for(Some("GPU-aaaa"), 1).map(|d| d.index), Some(0));
+    }
+
+    #[test]
+    fn without_a_known_uuid_the_index_is_used() {
+        let s = snap();
+        assert_eq!(s.device_for(None, 1).map(|d| d.index), Some(1));
+        assert_eq!(s.device_for(Some("GPU-zzzz"), 2).map(|d| d.index), Some(2));
+        assert_eq!(s.device_for(None, 7).map(|d| d.index), None);
+        assert_eq!(s.device_for(None, -1).map(|d| d.index), None);
+    }
+}
