@@ -10,8 +10,12 @@ use super::Report;
 /// Whether smaller or larger is better for a row.
 #[derive(Clone, Copy, Debug)]
 pub enum Better {
+    /// The smallest value is best.
     Lower,
+    /// The largest value is best.
     Higher,
+    /// Shown for information; no value is marked.
+    Neither,
 }
 
 /// One row of the comparison.
@@ -35,13 +39,14 @@ impl Row {
     pub fn new(figure: &str, better: Better, values: Vec<f64>, bytes: bool) -> Row {
         let known: Vec<f64> = values.iter().copied().filter(|v| !v.is_nan()).collect();
         let all_equal = known.windows(2).all(|w| w[0] == w[1]);
-        let best = if all_equal || known.is_empty() {
+        let best = if all_equal || known.is_empty() || matches!(better, Better::Neither) {
             None
         } else {
             let it = values.iter().enumerate().filter(|(_, v)| !v.is_nan());
             match better {
                 Better::Lower => it.min_by(|a, b| a.1.total_cmp(b.1)).map(|x| x.0),
                 Better::Higher => it.max_by(|a, b| a.1.total_cmp(b.1)).map(|x| x.0),
+                Better::Neither => None,
             }
         };
         Row {
@@ -79,13 +84,15 @@ fn rows() -> Vec<RowSpec> {
         ),
         (
             "peak reserved (VMM) bytes",
-            Better::Lower,
+            // Address space costs no memory; a run without VMM is not "better" for it.
+            Better::Neither,
             |r| r.bytes.peak_reserved as f64,
             true,
         ),
         (
             "peak mapped (VMM) bytes",
-            Better::Lower,
+            // Part of peak live bytes, which is where the comparison belongs.
+            Better::Neither,
             |r| r.bytes.peak_mapped as f64,
             true,
         ),
@@ -271,6 +278,10 @@ mod tests {
             None
         );
         assert_eq!(Row::new("x", Better::Lower, vec![], false).best, None);
+        assert_eq!(
+            Row::new("x", Better::Neither, vec![0.0, 8.0], true).best,
+            None
+        );
     }
 
     #[test]
