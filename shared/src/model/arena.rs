@@ -166,9 +166,11 @@ impl Arena {
                 return if seq == r.seq { Ok(false) } else { Err(r) };
             }
         }
-        let g = match self.regions.before(&c) {
-            Some(pc) => {
-                let Some((ps, pr, pg)) = self.regions.at(&pc) else {
+        let g = match self.regions.before_pos(&c) {
+            Some((far, i)) => {
+                // The previous entry: index `i` of `c`'s leaf, or of `far`'s.
+                let pc = far.as_ref().unwrap_or(&c);
+                let Some((ps, pr, pg)) = self.regions.at_pos(pc, i) else {
                     return Err(r);
                 };
                 let pend = ps + pr.size;
@@ -177,7 +179,7 @@ impl Arena {
                     return Err(r);
                 }
                 self.count(pg, a - pend);
-                self.regions.set_gap(&pc, a - pend);
+                self.regions.set_gap_pos(pc, i, a - pend);
                 next - e
             }
             None => {
@@ -193,7 +195,7 @@ impl Arena {
         };
         self.count(0, g);
         self.live += r.size;
-        self.regions.insert_at(c, a, r, g);
+        self.regions.insert_at(&c, a, r, g);
         Ok(true)
     }
 
@@ -221,16 +223,17 @@ impl Arena {
         // a + size + gap ≤ end, so this cannot overflow.
         let merged = r.size + g;
         self.count(g, 0);
-        match self.regions.before(&c) {
-            Some(pc) => {
-                if let Some((_, _, pg)) = self.regions.at(&pc) {
+        match self.regions.before_pos(&c) {
+            Some((far, i)) => {
+                let pc = far.as_ref().unwrap_or(&c);
+                if let Some((_, _, pg)) = self.regions.at_pos(pc, i) {
                     self.count(pg, pg + merged);
-                    self.regions.set_gap(&pc, pg + merged);
+                    self.regions.set_gap_pos(pc, i, pg + merged);
                 }
             }
             None => self.set_head(self.head + merged),
         }
-        self.regions.remove_at(c);
+        self.regions.remove_at(&c);
         Some(r)
     }
 
@@ -286,7 +289,7 @@ impl Arena {
             a.live += r.size;
             cursor = addr + r.size;
             let c = a.regions.seek(addr);
-            a.regions.insert_at(c, addr, r, g);
+            a.regions.insert_at(&c, addr, r, g);
         }
         if n == 0 {
             a.set_head(end - base);

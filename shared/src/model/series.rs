@@ -85,6 +85,16 @@ impl Series {
     /// Appends a value at time `t`.
     #[inline]
     pub fn push(&mut self, t: u64, v: f64) {
+        if v.is_nan() || self.pending.min.is_nan() || self.pending.max.is_nan() {
+            self.push_nan_safe(t, v);
+        } else {
+            self.push_num(t, v);
+        }
+    }
+
+    /// [`Series::push`] with `f64::min`/`max` (a NaN is ignored by them).
+    #[cold]
+    fn push_nan_safe(&mut self, t: u64, v: f64) {
         let t = t.max(self.last_t);
         self.last_t = t;
         self.last_v = Some(v);
@@ -107,6 +117,36 @@ impl Series {
         }
     }
 
+    /// [`Series::push`] of a value that is not NaN while the pending point holds no NaN:
+    /// plain comparisons give what `f64::min`/`max` give.
+    #[inline(always)]
+    fn push_num(&mut self, t: u64, v: f64) {
+        let t = t.max(self.last_t);
+        self.last_t = t;
+        self.last_v = Some(v);
+        let p = &mut self.pending;
+        if self.pending_n == 0 {
+            *p = Point {
+                t,
+                min: v,
+                max: v,
+                last: v,
+            };
+        } else {
+            if v < p.min {
+                p.min = v;
+            }
+            if v > p.max {
+                p.max = v;
+            }
+            p.last = v;
+        }
+        self.pending_n += 1;
+        if self.pending_n >= self.stride {
+            self.flush();
+        }
+    }
+
     /// Appends a value only if it differs from the last one (the step function is the same).
     #[inline]
     pub fn push_if_changed(&mut self, t: u64, v: f64) {
@@ -115,7 +155,7 @@ impl Series {
         }
     }
 
-    #[inline]
+    #[inline(never)]
     fn flush(&mut self) {
         self.pending_n = 0;
         self.pts.push(self.pending);
@@ -338,16 +378,23 @@ impl SeriesSet {
     }
 
     /// Pushes `v` for `m` if it differs from the integer recorded last; `true` if it did.
-    #[inline]
+    #[inline(always)]
     fn put(&mut self, m: Metric, t: u64, v: u64) -> bool {
         let i = m as usize;
         let bit = 1u16 << i;
         if self.raw[i] == v && self.has & bit != 0 {
             return false;
         }
+        let old = self.raw[i];
         self.raw[i] = v;
         self.has |= bit;
-        self.s[i].push_if_changed(t, v as f64);
+        if (v | old) >> 53 == 0 {
+            // Only `record` pushes this metric, so the series' last value is `old` (or there
+            // is none): distinct integers below 2^53 are distinct `f64`s, so this changes it.
+            self.s[i].push_num(t, v as f64);
+        } else {
+            self.s[i].push_if_changed(t, v as f64);
+        }
         true
     }
 
@@ -368,7 +415,10 @@ impl SeriesSet {
             let f = self.put(Metric::TotalFree, t, a.total_free);
             // The ratio is a function of the two: unchanged when both are.
             if l || f {
-                self.s[Metric::FragRatio as usize].push_if_changed(t, ratio);
+                let r = &mut self.s[Metric::FragRatio as usize];
+                if r.last_v != Some(ratio) {
+                    r.push(t, ratio);
+                }
             }
         }
     }
@@ -417,6 +467,20 @@ mod tests {
         let late = s.downsample(1000, 2000, 2);
         assert_eq!(late.len(), 2);
         assert_eq!(late[0].last, 7.0);
+    }
+
+    #[test]
+    fn nan_values_are_ignored_by_min_and_max_as_before() {
+        // cap 2: every flush compacts, so points merge pushes that started with a NaN.
+        let mut s = Series::new(2);
+        let n = f64::NAN;
+        for v in [n, 1.0, 5.0, n, 0.5, 2.0, 3.0, 4.0, n, 7.0, 8.0] {
+            s.push(0, v);
+        }
+        assert_eq!(s.max_value(), Some(8.0));
+        let min = s.points().map(|b| b.min).fold(f64::INFINITY, f64::min);
+        assert_eq!(min, 0.5);
+        assert!(s.points().all(|b| !b.min.is_nan() && !b.max.is_nan()));
     }
 
     #[test]

@@ -54,9 +54,11 @@ impl Leaf {
             vals: [BLANK; LB],
         }
     }
+    /// The largest gap. Slots past `n` hold 0 (every operation that vacates one zeroes
+    /// it), so this is a fixed-size scan without branches.
     #[inline]
     fn max(&self) -> u64 {
-        self.gaps[..self.n].iter().copied().max().unwrap_or(0)
+        self.gaps.iter().copied().fold(0, u64::max)
     }
     #[inline]
     fn insert(&mut self, i: usize, k: u64, r: Region, g: u64) {
@@ -75,6 +77,7 @@ impl Leaf {
         self.keys.copy_within(i + 1..n, i);
         self.gaps.copy_within(i + 1..n, i);
         self.vals.copy_within(i + 1..n, i);
+        self.gaps[n - 1] = 0;
         self.n -= 1;
     }
     /// Moves entries `[from, n)` to the end of `to`.
@@ -85,6 +88,7 @@ impl Leaf {
         to.gaps[m..m + k].copy_from_slice(&self.gaps[from..n]);
         to.vals[m..m + k].copy_from_slice(&self.vals[from..n]);
         to.n += k;
+        self.gaps[from..n].fill(0);
         self.n = from;
     }
     /// Moves the first `k` entries of `self` to the end of `to`.
@@ -97,6 +101,7 @@ impl Leaf {
         self.keys.copy_within(k..n, 0);
         self.gaps.copy_within(k..n, 0);
         self.vals.copy_within(k..n, 0);
+        self.gaps[n - k..n].fill(0);
         self.n -= k;
     }
 }
@@ -267,31 +272,44 @@ impl RegionTree {
             return c;
         }
         let mut node = self.root;
-        for lvl in 0..self.height {
+        for lvl in 0..self.height.min(MAXD) {
             let inn = &self.inners[node as usize];
-            let mut i = 1;
-            while i < inn.n && inn.keys[i] <= a {
-                i += 1;
-            }
-            i -= 1;
+            // The child is the number of separators (from index 1) ≤ `a`: a binary search
+            // (std's is branch-free) over the sorted keys.
+            let i = inn.keys[1..inn.n].partition_point(|&k| k <= a);
             c.path[lvl] = (node, i as u32);
             node = inn.kids[i];
         }
         c.leaf = node;
         let l = &self.leaves[node as usize];
-        let mut j = 0;
-        while j < l.n && l.keys[j] < a {
-            j += 1;
-        }
-        c.pos = j;
+        c.pos = l.keys[..l.n].partition_point(|&k| k < a);
         c
     }
 
     /// The entry at `c` (`None` past the end of its leaf or in an empty tree).
     #[inline]
     pub(crate) fn at(&self, c: &Cursor) -> Option<(u64, &Region, u64)> {
+        self.at_pos(c, c.pos)
+    }
+
+    /// The entry at index `pos` of `c`'s leaf.
+    #[inline]
+    pub(crate) fn at_pos(&self, c: &Cursor, pos: usize) -> Option<(u64, &Region, u64)> {
         let l = self.leaves.get(c.leaf as usize)?;
-        (c.pos < l.n).then(|| (l.keys[c.pos], &l.vals[c.pos], l.gaps[c.pos]))
+        (pos < l.n).then(|| (l.keys[pos], &l.vals[pos], l.gaps[pos]))
+    }
+
+    /// The entry before `c`: `(None, i)` when it is index `i` of `c`'s own leaf (no cursor
+    /// to copy), `(Some(p), p.pos)` when it is in an earlier leaf; `None` at the start.
+    #[inline]
+    pub(crate) fn before_pos(&self, c: &Cursor) -> Option<(Option<Cursor>, usize)> {
+        if c.leaf != NIL && c.pos > 0 {
+            return Some((None, c.pos - 1));
+        }
+        self.before(c).map(|p| {
+            let i = p.pos;
+            (Some(p), i)
+        })
     }
 
     /// The entry before `c`.
@@ -417,9 +435,15 @@ impl RegionTree {
     /// Sets the gap of the entry at `c`.
     #[inline]
     pub(crate) fn set_gap(&mut self, c: &Cursor, g: u64) {
+        self.set_gap_pos(c, c.pos, g);
+    }
+
+    /// Sets the gap of the entry at index `pos` of `c`'s leaf.
+    #[inline]
+    pub(crate) fn set_gap_pos(&mut self, c: &Cursor, pos: usize, g: u64) {
         let l = &mut self.leaves[c.leaf as usize];
-        let old = l.gaps[c.pos];
-        l.gaps[c.pos] = g;
+        let old = l.gaps[pos];
+        l.gaps[pos] = g;
         let path = &c.path[..c.depth];
         if g >= old {
             self.raise(path, g);
@@ -432,7 +456,7 @@ impl RegionTree {
 
     /// Inserts `a` (which must not be present) at the position [`RegionTree::seek`] gave
     /// for it, with region `r` and gap `g`. Cursors taken before are invalid afterwards.
-    pub(crate) fn insert_at(&mut self, c: Cursor, a: u64, r: Region, g: u64) {
+    pub(crate) fn insert_at(&mut self, c: &Cursor, a: u64, r: Region, g: u64) {
         self.len += 1;
         if self.root == NIL {
             let l = self.new_leaf();
@@ -507,7 +531,7 @@ impl RegionTree {
 
     /// Removes the entry at `c`; returns its region and gap. Cursors taken before are
     /// invalid afterwards.
-    pub(crate) fn remove_at(&mut self, c: Cursor) -> (Region, u64) {
+    pub(crate) fn remove_at(&mut self, c: &Cursor) -> (Region, u64) {
         let leaf = c.leaf as usize;
         let l = &mut self.leaves[leaf];
         let out = (l.vals[c.pos], l.gaps[c.pos]);
@@ -670,6 +694,7 @@ impl RegionTree {
             let l = &self.leaves[node as usize];
             assert!(root || l.n >= LMIN, "leaf under-full");
             assert!(l.n >= 1 && l.n <= LB);
+            assert!(l.gaps[l.n..].iter().all(|&g| g == 0), "stale gap past n");
             for j in 0..l.n {
                 assert!(l.keys[j] >= lo && l.keys[j] < hi || (hi == u64::MAX && l.keys[j] == hi));
                 if j > 0 {
@@ -751,13 +776,13 @@ mod tests {
             let present = t.at(&c).is_some_and(|e| e.0 == k);
             assert_eq!(present, naive.contains_key(&k));
             if ins && !present {
-                t.insert_at(c, k, reg(i), g);
+                t.insert_at(&c, k, reg(i), g);
                 naive.insert(k, (i, g));
             } else if ins {
                 t.set_gap(&c, g);
                 naive.get_mut(&k).unwrap().1 = g;
             } else if present {
-                let (r, gap) = t.remove_at(c);
+                let (r, gap) = t.remove_at(&c);
                 assert_eq!((r.seq, gap), naive.remove(&k).unwrap());
             } else if let Some(p) = t.before(&c) {
                 // Grow the gap of the key before (what a free does to its neighbour).
