@@ -140,12 +140,12 @@ fn a_sitecustomize_already_on_the_path_still_runs() {
     std::fs::create_dir_all(&own).unwrap();
     std::fs::write(
         own.join("sitecustomize.py"),
-        "import builtins\nbuiltins.USER_SITE_RAN = True\n",
+        "import builtins, sys\nbuiltins.USER_SITE_RAN = True\nsys.path.append('/fragprobe-test-added')\n",
     )
     .unwrap();
     let path = format!("{}:{}", own.display(), fake_torch().display());
     let out = run_py(
-        "import builtins, torch\nprint('user site', getattr(builtins, 'USER_SITE_RAN', False))\nt = torch.cuda.alloc(1 << 20)\n",
+        "import builtins, sys, torch\nprint('user site', getattr(builtins, 'USER_SITE_RAN', False))\nprint('path kept', '/fragprobe-test-added' in sys.path)\nt = torch.cuda.alloc(1 << 20)\n",
         &trace,
         &path,
     );
@@ -155,6 +155,74 @@ fn a_sitecustomize_already_on_the_path_still_runs() {
         String::from_utf8_lossy(&out.stdout).contains("user site True"),
         "{stderr}"
     );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("path kept True"),
+        "{stderr}"
+    );
     let v = report(&trace);
     assert_eq!(v["torch_snapshots"].as_array().unwrap().len(), 1, "{v}");
+}
+
+#[test]
+fn a_find_spec_probe_before_the_import_does_not_lose_the_hook() {
+    // transformers, accelerate and lightning ask importlib whether torch exists first.
+    let trace = out_path("torch-probe.fpt");
+    let out = run_py(
+        "import importlib.util\nassert importlib.util.find_spec('torch') is not None\nimport torch\nt = torch.cuda.alloc(1 << 20)\nprint('args', torch.cuda._history_args)\n",
+        &trace,
+        fake_torch().to_str().unwrap(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The hook's own settings: Python stacks only, fragprobe's history length.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("'stacks': 'python'") && stdout.contains("'max_entries': 100000"),
+        "{stdout}"
+    );
+    let v = report(&trace);
+    assert_eq!(v["torch_snapshots"].as_array().unwrap().len(), 1, "{v}");
+}
+
+#[test]
+fn a_program_that_records_its_own_history_keeps_its_settings() {
+    let trace = out_path("torch-own.fpt");
+    let out = run_py(
+        "import torch\ntorch.cuda.memory._record_memory_history(max_entries=7, stacks='all')\nt = torch.cuda.alloc(1 << 20)\nprint('args', torch.cuda._history_args)\n",
+        &trace,
+        fake_torch().to_str().unwrap(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("'stacks': 'all'") && stdout.contains("'max_entries': 7"),
+        "{stdout}"
+    );
+    // Still dumped at exit, with the program's history.
+    let v = report(&trace);
+    assert_eq!(v["torch_snapshots"].as_array().unwrap().len(), 1, "{v}");
+}
+
+#[test]
+fn a_forked_child_does_not_dump_its_parents_state() {
+    let trace = out_path("torch-fork.fpt");
+    let out = run_py(
+        "import os, sys, torch\nt = torch.cuda.alloc(1 << 20)\npid = os.fork()\nif pid == 0:\n    sys.exit(0)\nos.waitpid(pid, 0)\nprint('child', pid)\n",
+        &trace,
+        fake_torch().to_str().unwrap(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let v = report(&trace);
+    let snaps = v["torch_snapshots"].as_array().unwrap();
+    assert_eq!(snaps.len(), 1, "{v}");
+    let child: u64 = String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_ne!(snaps[0]["pid"].as_u64(), Some(child), "{v}");
+    assert_eq!(snaps[0]["segments_seen_by_probe"], 1, "{v}");
 }

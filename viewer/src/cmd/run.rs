@@ -48,7 +48,8 @@ pub struct Args {
         long,
         value_name = "N",
         default_value_t = 100_000,
-        requires = "torch_snapshot"
+        requires = "torch_snapshot",
+        value_parser = clap::value_parser!(u64).range(1..=1_000_000_000)
     )]
     pub torch_max_entries: u64,
     /// The command to run, after `--`.
@@ -120,11 +121,13 @@ pub fn record_session(
         }
         None => opts,
     };
+    // The staging directory goes whatever happens below.
+    let _staging = hook.clone().map(Staging);
     let mut before_close = {
         let hook = hook.clone();
         move |rec: &mut Recorder| -> anyhow::Result<()> {
             if let Some(h) = &hook {
-                h.attach(rec)?;
+                h.attach(rec);
             }
             Ok(())
         }
@@ -170,10 +173,12 @@ pub fn record_session(
         session.cleanup();
         st?
     };
-    let wall = started.elapsed();
+    // Wall time to the command's exit, not to the end of draining and joining.
+    let wall = session
+        .exited_at
+        .map_or_else(|| started.elapsed(), |t| t.duration_since(started));
     let mut report = sink.report(&source_of(&session));
-    if let (Some(h), Some(trace)) = (&hook, &session.trace) {
-        h.cleanup();
+    if let (Some(_), Some(trace)) = (&hook, &session.trace) {
         report.torch_snapshots = match Trace::open(trace) {
             Ok(t) => crate::torchhook::join(&t),
             Err(e) => {
@@ -193,6 +198,15 @@ pub fn record_session(
         rings_seen: session.recorder.rings_seen(),
         wall,
     }))
+}
+
+/// Removes a torch hook's staging directory when dropped.
+struct Staging(TorchHook);
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        self.0.cleanup();
+    }
 }
 
 fn source_of(session: &Session) -> String {

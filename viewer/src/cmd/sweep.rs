@@ -132,6 +132,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let dir = args.out_dir.clone().unwrap_or_else(default_dir);
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("creating the sweep directory {}", dir.display()))?;
+    // Absolute: the simulated device's state file must be the same for a workload that
+    // changes directory, and for its children.
+    let dir = dir
+        .canonicalize()
+        .with_context(|| format!("resolving {}", dir.display()))?;
     let mut runs = Vec::new();
     let mut reports = Vec::new();
     for (i, conf) in args.confs.iter().enumerate() {

@@ -42,6 +42,8 @@ pub struct Session {
     /// The trace file, if any.
     pub trace: Option<PathBuf>,
     started_ns: u64,
+    /// When the command was seen to exit (set by [`Session::wait`]).
+    pub exited_at: Option<std::time::Instant>,
 }
 
 static FORWARD: AtomicI32 = AtomicI32::new(0);
@@ -259,6 +261,7 @@ impl Session {
             dir,
             trace: opts.trace.clone(),
             started_ns: monotonic_ns(),
+            exited_at: None,
         }))
     }
 
@@ -297,6 +300,7 @@ impl Session {
                 .poll(&mut |r: &Record, rec: &Recorder| sink.apply(r, rec))?;
             sink.checkpoint_if_due(&mut self.recorder)?;
             if let Some(st) = self.child.try_wait()? {
+                self.exited_at = Some(std::time::Instant::now());
                 break st;
             }
             idle = if stats.records == 0 {
@@ -311,8 +315,10 @@ impl Session {
             monotonic_ns() + 2_000_000_000,
             &mut |r: &Record, rec: &Recorder| sink.apply(r, rec),
         )?;
-        before_close(&mut self.recorder)?;
+        // The trace is closed (its end marker written) even when `before_close` fails.
+        let added = before_close(&mut self.recorder);
         self.recorder.close()?;
+        added?;
         Ok(status)
     }
 

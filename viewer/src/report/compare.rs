@@ -45,7 +45,8 @@ impl Row {
             let it = values.iter().enumerate().filter(|(_, v)| !v.is_nan());
             match better {
                 Better::Lower => it.min_by(|a, b| a.1.total_cmp(b.1)).map(|x| x.0),
-                Better::Higher => it.max_by(|a, b| a.1.total_cmp(b.1)).map(|x| x.0),
+                // The first of equal best values, as for Lower.
+                Better::Higher => it.min_by(|a, b| b.1.total_cmp(a.1)).map(|x| x.0),
                 Better::Neither => None,
             }
         };

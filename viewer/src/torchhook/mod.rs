@@ -72,21 +72,21 @@ pub struct TorchHook {
 }
 
 impl TorchHook {
-    /// Prepares the hook for a run recorded to `trace`.
+    /// Prepares the hook for a run recorded to `trace`. Snapshots are staged in a hidden
+    /// directory beside the trace (same file system: moved, never copied; never in a
+    /// RAM-backed temporary directory).
     pub fn install(trace: &Path, max_entries: u64) -> anyhow::Result<TorchHook> {
         use anyhow::Context;
-        let tmp = std::env::temp_dir().join(format!(
-            "fragprobe-torch-{}-{}",
-            std::process::id(),
-            fragprobe_shared::ring::monotonic_ns()
-        ));
+        let name = trace
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        let tmp = trace.with_file_name(format!(".{name}.torch-staging-{}", std::process::id()));
         let out = tmp.join("out");
         let env = install(&tmp, &out, max_entries)
             .with_context(|| format!("preparing the torch hook in {}", tmp.display()))?;
-        let dest_name = format!(
-            "{}.torch",
-            trace.file_name().unwrap_or_default().to_string_lossy()
-        );
+        let dest_name = format!("{name}.torch");
         Ok(TorchHook {
             dest: trace.with_file_name(&dest_name),
             dest_name,
@@ -97,27 +97,53 @@ impl TorchHook {
     }
 
     /// Moves the snapshots next to the trace and names them in it (call before the trace
-    /// is closed).
-    pub fn attach(&self, rec: &mut crate::record::Recorder) -> anyhow::Result<()> {
-        let found = collect(&self.out, Some(&self.dest))?;
+    /// is closed). Problems are warnings: the recording itself is never lost over them.
+    pub fn attach(&self, rec: &mut crate::record::Recorder) {
+        let found = match collect(&self.out, Some(&self.dest)) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!(
+                    "fragprobe: warning: cannot move the torch snapshots from {} to {}: {e}",
+                    self.out.display(),
+                    self.dest.display()
+                );
+                return;
+            }
+        };
+        let partial = std::fs::read_dir(&self.out)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().ends_with(".part"))
+                    .count()
+            })
+            .unwrap_or(0);
+        if partial > 0 {
+            eprintln!("fragprobe: warning: {partial} torch snapshot(s) were still being written when the command ended (a process outlived it, or was killed while dumping); they are lost");
+        }
         if found.is_empty() {
             let _ = std::fs::remove_dir(&self.dest);
-            return Ok(());
+            if rec.rings_seen() > 0 && partial == 0 {
+                eprintln!("fragprobe: warning: --torch-snapshot: no PyTorch snapshot was written. The hook runs in Python processes that import torch and then use CUDA; it does not run under `python -I`, `-S` or `-E`, when a launcher replaces PYTHONPATH, or when the process ends with os._exit or a signal");
+            }
+            return;
         }
-        if let Some(w) = rec.writer() {
-            for f in &found {
-                let name = f.path.file_name().unwrap_or_default();
-                let rel = Found {
-                    path: Path::new(&self.dest_name).join(name),
-                    ..f.clone()
-                };
-                w.write_run_info(&run_info(&rel))?;
+        let Some(w) = rec.writer() else { return };
+        for f in &found {
+            let name = f.path.file_name().unwrap_or_default();
+            let rel = Found {
+                path: Path::new(&self.dest_name).join(name),
+                ..f.clone()
+            };
+            if let Err(e) = w.write_run_info(&run_info(&rel)) {
+                eprintln!(
+                    "fragprobe: warning: cannot name {} in the trace: {e}",
+                    f.path.display()
+                );
             }
         }
-        Ok(())
     }
 
-    /// Removes the private directory.
+    /// Removes the staging directory.
     pub fn cleanup(&self) {
         let _ = std::fs::remove_dir_all(&self.tmp);
     }
