@@ -45,6 +45,8 @@ pub struct Config {
     pub fail_above: Option<u64>,
     /// Busy-wait this long in every allocating or freeing call.
     pub latency_ns: u64,
+    /// `CUDA_VISIBLE_DEVICES` as the process has it (`None`: unset, every device visible).
+    pub visible_devices: Option<String>,
 }
 
 /// `/dev/shm/fragprobe-simgpu-<uid>`, or the temporary directory when there is no
@@ -117,6 +119,7 @@ impl Config {
             fail_nth,
             fail_above,
             latency_ns,
+            visible_devices: get("CUDA_VISIBLE_DEVICES"),
         })
     }
 }

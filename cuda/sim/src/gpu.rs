@@ -80,6 +80,8 @@ pub struct Gpu {
     pub(crate) state: SharedState,
     pub(crate) slot: usize,
     spec: DeviceSpec,
+    /// The physical device (index in the spec, NVML's index) of each CUDA ordinal.
+    pub(crate) physical: Vec<usize>,
     pub(crate) devices: Vec<Device>,
     contexts: HandleMap<Context>,
     streams: HandleMap<Stream>,
@@ -127,17 +129,19 @@ impl Gpu {
             }
         };
         let mut pools = HandleMap::default();
-        let devices = spec
-            .sizes()
+        let sizes = spec.sizes();
+        let physical = visible_devices(sizes.len(), cfg.visible_devices.as_deref());
+        let devices = physical
             .iter()
             .enumerate()
-            .map(|(d, &size)| {
+            .map(|(d, &p)| {
+                let size = sizes[p];
                 let pool = default_pool_handle(d);
                 pools.insert(pool, Pool::new(d, true, 0));
                 Device {
                     size,
-                    arena: Arena::new(device_arena_base(d), size),
-                    va: Arena::new(vmm_va_base(d), VMM_VA_STRIDE),
+                    arena: Arena::new(device_arena_base(p), size),
+                    va: Arena::new(vmm_va_base(p), VMM_VA_STRIDE),
                     primary_refs: 0,
                     primary_flags: 0,
                     default_pool: pool,
@@ -150,6 +154,7 @@ impl Gpu {
             state,
             slot,
             spec,
+            physical,
             devices,
             contexts: HandleMap::default(),
             streams: HandleMap::default(),
@@ -208,6 +213,12 @@ impl Gpu {
         self.devices[d].size
     }
 
+    /// The physical device behind CUDA ordinal `d` (its identity, NVML's index and the
+    /// shared state's accounts follow the physical device).
+    pub fn physical(&self, d: usize) -> usize {
+        self.physical[d]
+    }
+
     /// Counts an allocating call and applies FRAGPROBE_SIM_FAIL_NTH / _FAIL_ABOVE.
     pub(crate) fn fault(&mut self, size: u64) -> CuResult<()> {
         self.alloc_calls += 1;
@@ -222,7 +233,7 @@ impl Gpu {
 
     /// Takes physical memory on `d` for this process.
     pub(crate) fn charge(&self, d: usize, bytes: u64) -> CuResult<()> {
-        if self.state.try_charge(self.slot, d, bytes) {
+        if self.state.try_charge(self.slot, self.physical[d], bytes) {
             Ok(())
         } else {
             Err(CuError::OUT_OF_MEMORY)
@@ -230,7 +241,7 @@ impl Gpu {
     }
 
     pub(crate) fn uncharge(&self, d: usize, bytes: u64) {
-        self.state.uncharge(self.slot, d, bytes);
+        self.state.uncharge(self.slot, self.physical[d], bytes);
     }
 
     // ---- contexts -------------------------------------------------------------------
@@ -264,7 +275,7 @@ impl Gpu {
 
     fn activate(&mut self, ctx: u64, device: usize, flags: u32) -> CuResult<()> {
         self.charge(device, self.cfg.context_overhead)?;
-        self.state.context_added(self.slot, device);
+        self.state.context_added(self.slot, self.physical[device]);
         self.contexts.insert(ctx, Context { device, flags });
         Ok(())
     }
@@ -287,7 +298,8 @@ impl Gpu {
         self.streams.retain(|_, s| s.ctx != ctx);
         self.events.retain(|_, e| e.ctx != ctx);
         self.uncharge(c.device, self.cfg.context_overhead);
-        self.state.context_removed(self.slot, c.device);
+        self.state
+            .context_removed(self.slot, self.physical[c.device]);
     }
 
     pub fn primary_retain(&mut self, d: usize) -> CuResult<u64> {
@@ -518,4 +530,33 @@ impl Gpu {
             _ => Err(CuError::INVALID_HANDLE),
         }
     }
+}
+
+/// The physical devices a process sees, in CUDA ordinal order, from `CUDA_VISIBLE_DEVICES`
+/// as the driver reads it: a comma-separated list of indices or `GPU-` uuid prefixes; the
+/// first entry that names no device (or one already listed) ends the list, so `""` and
+/// `"-1"` hide every device.
+pub fn visible_devices(count: usize, var: Option<&str>) -> Vec<usize> {
+    let Some(var) = var else {
+        return (0..count).collect();
+    };
+    let mut out: Vec<usize> = Vec::new();
+    for tok in var.split(',') {
+        let tok = tok.trim();
+        let found = if let Ok(i) = tok.parse::<i64>() {
+            usize::try_from(i).ok().filter(|&i| i < count)
+        } else if tok.len() > 4 && tok.starts_with("GPU-") {
+            let hits: Vec<usize> = (0..count)
+                .filter(|&p| crate::ident::uuid_string(p).starts_with(tok))
+                .collect();
+            (hits.len() == 1).then(|| hits[0])
+        } else {
+            None
+        };
+        match found {
+            Some(p) if !out.contains(&p) => out.push(p),
+            _ => break,
+        }
+    }
+    out
 }

@@ -329,3 +329,39 @@ fn same_identity_claim_replaces_pre_exec_slot() {
     assert!(b.mem_alloc(Some(cb), 900 * MIB).is_ok());
     std::mem::forget(a);
 }
+
+#[test]
+fn cuda_visible_devices_parsing_follows_the_driver() {
+    use crate::gpu::visible_devices;
+    use crate::ident::uuid_string;
+    assert_eq!(visible_devices(4, None), [0, 1, 2, 3]);
+    assert_eq!(visible_devices(4, Some("2,0")), [2, 0]);
+    assert_eq!(visible_devices(4, Some(" 3 , 1 ")), [3, 1]);
+    // the first entry naming no device ends the list
+    assert_eq!(visible_devices(4, Some("1,7,0")), [1]);
+    assert_eq!(visible_devices(4, Some("1,1,0")), [1]);
+    assert!(visible_devices(4, Some("")).is_empty());
+    assert!(visible_devices(4, Some("-1")).is_empty());
+    // uuids, also by unique prefix
+    let u2 = uuid_string(2);
+    assert_eq!(visible_devices(4, Some(&format!("{u2},0"))), [2, 0]);
+    assert_eq!(visible_devices(4, Some(&u2[..12])), [2]);
+    assert!(visible_devices(4, Some("GPU-")).is_empty());
+    assert!(visible_devices(4, Some("MIG-1234")).is_empty());
+}
+
+#[test]
+fn a_remapped_ordinal_uses_the_physical_device() {
+    let mut g = gpu_with("2x1GiB", 0, |c| c.visible_devices = Some("1".into()));
+    assert_eq!(g.device_count(), 1);
+    assert_eq!(g.physical(0), 1);
+    assert_eq!(g.check_device(1), Err(CuError::INVALID_DEVICE));
+    let ctx = g.primary_retain(0).unwrap();
+    let _p = g.mem_alloc(Some(ctx), 64 * MIB).unwrap();
+    // The shared accounts (what NVML and other processes see) are the physical device's.
+    assert_eq!(g.shared().device_used(0), 0);
+    assert!(g.shared().device_used(1) >= 64 * MIB);
+    let (free, total) = g.mem_get_info(Some(ctx)).unwrap();
+    assert_eq!(total, GIB);
+    assert!(free <= GIB - 64 * MIB);
+}

@@ -190,7 +190,10 @@ impl Gpu {
         let d = self.current_device(ctx)?;
         self.state.cleanup_stale();
         let size = self.devices[d].size;
-        Ok((size.saturating_sub(self.state.device_used(d)), size))
+        Ok((
+            size.saturating_sub(self.state.device_used(self.physical[d])),
+            size,
+        ))
     }
 
     /// What `p` points into: an allocation (any address inside it) or a VMM mapping.

@@ -83,7 +83,7 @@ pub unsafe extern "C" fn cuDeviceGetUuid(uuid: *mut [u8; 16], dev: c_int) -> u32
     code(with_gpu(|g| {
         let d = g.check_device(dev)?;
         // SAFETY: forwarded caller contract.
-        unsafe { put(uuid, ident::uuid(d)) }
+        unsafe { put(uuid, ident::uuid(g.physical(d))) }
     }))
 }
 
@@ -125,7 +125,7 @@ pub unsafe extern "C" fn cuDeviceTotalMem(bytes: *mut c_uint, dev: c_int) -> u32
 pub unsafe extern "C" fn cuDeviceGetAttribute(value: *mut c_int, attrib: c_int, dev: c_int) -> u32 {
     code(with_gpu(|g| {
         let d = g.check_device(dev)?;
-        let v = ident::attribute(attrib, d).ok_or(CuError::INVALID_VALUE)?;
+        let v = ident::attribute(attrib, g.physical(d)).ok_or(CuError::INVALID_VALUE)?;
         // SAFETY: forwarded caller contract.
         unsafe { put(value, v) }
     }))
@@ -143,8 +143,8 @@ pub unsafe extern "C" fn cuDeviceComputeCapability(
         let d = g.check_device(dev)?;
         // SAFETY: forwarded caller contract.
         unsafe {
-            put(major, ident::attribute(75, d).unwrap_or(9))?;
-            put(minor, ident::attribute(76, d).unwrap_or(0))
+            put(major, ident::attribute(75, g.physical(d)).unwrap_or(9))?;
+            put(minor, ident::attribute(76, g.physical(d)).unwrap_or(0))
         }
     }))
 }
@@ -156,7 +156,7 @@ pub unsafe extern "C" fn cuDeviceGetPCIBusId(bus_id: *mut c_char, len: c_int, de
     code(with_gpu(|g| {
         let d = g.check_device(dev)?;
         // SAFETY: forwarded caller contract.
-        unsafe { copy_str(bus_id, len, &ident::pci_bus_id(d)) }
+        unsafe { copy_str(bus_id, len, &ident::pci_bus_id(g.physical(d))) }
     }))
 }
 
@@ -175,8 +175,9 @@ pub unsafe extern "C" fn cuDeviceGetByPCIBusId(dev: *mut c_int, bus_id: *const c
             .to_string_lossy()
             .to_ascii_lowercase();
         let found = (0..g.device_count()).find(|&d| {
-            let full = ident::pci_bus_id(d);
-            text == full || text == ident::nvml_bus_id(d) || full.ends_with(&text)
+            let p = g.physical(d);
+            let full = ident::pci_bus_id(p);
+            text == full || text == ident::nvml_bus_id(p) || full.ends_with(&text)
         });
         let d = found.ok_or(CuError::INVALID_DEVICE)?;
         // SAFETY: forwarded caller contract.
