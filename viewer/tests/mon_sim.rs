@@ -31,9 +31,16 @@ struct Held {
 
 impl Held {
     fn start(state: &Path, spec: &str, ring_dir: Option<&Path>) -> Held {
+        Held::start_with(state, spec, ring_dir, &[])
+    }
+
+    fn start_with(state: &Path, spec: &str, ring_dir: Option<&Path>, env: &[(&str, &str)]) -> Held {
         let mut cmd = Command::new(build_scenario("leak"));
         sim_env_on(&mut cmd, Some(spec));
         cmd.env(ENV_STATE, state);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         if let Some(d) = ring_dir {
             cmd.env("LD_PRELOAD", probe_library())
                 .env("FRAGPROBE_RING_DIR", d);
@@ -163,6 +170,44 @@ fn watch_shows_the_simulated_figures_and_the_probed_process() {
         .find(|l| l.starts_with("0 "))
         .unwrap()
         .contains("0MiB /   4096MiB"));
+}
+
+#[test]
+fn watch_puts_a_remapped_process_on_its_physical_gpu() {
+    // CUDA_VISIBLE_DEVICES=1: the program's ordinal 0 is NVML's GPU 1.
+    let spec = "2x4GiB";
+    let state = fresh_state_path();
+    let ring_dir = out_path("rings-remap");
+    std::fs::create_dir_all(&ring_dir).unwrap();
+    let held = Held::start_with(
+        &state,
+        spec,
+        Some(&ring_dir),
+        &[("CUDA_VISIBLE_DEVICES", "1")],
+    );
+    let o = fragprobe(&state)
+        .args(["watch", "--once", &format!("--simulated-gpu={spec}")])
+        .env("FRAGPROBE_RING_DIR", &ring_dir)
+        .output()
+        .unwrap();
+    let (frame, err) = text(&o);
+    assert!(o.status.success(), "{err}");
+    let used = format!("{}MiB", held.used / MIB);
+    let gpu = |i: &str| {
+        frame
+            .lines()
+            .find(|l| l.starts_with(&format!("{i} ")))
+            .unwrap_or_else(|| panic!("{frame}"))
+            .to_string()
+    };
+    assert!(gpu("0").contains("0MiB /   4096MiB"), "{frame}");
+    assert!(gpu("1").contains(&format!("{used} /   4096MiB")), "{frame}");
+    let row = row_of_pid(&frame, held.pid);
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(cells[0], "1", "{row}");
+    // The probe's objects of ordinal 0 are found on the GPU whose uuid it recorded.
+    assert!(row.contains("82.0 MiB  3"), "{row}");
+    held.release();
 }
 
 fn wait_rows(csv: &Path, what: &str, pred: impl Fn(&[LogRow]) -> bool) -> Vec<LogRow> {

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use fragprobe_shared::format::{Api, EventKind, Record, DEVICE_UNKNOWN};
+use fragprobe_shared::format::{Api, EventKind, MetaEntry, MetaKind, Record, DEVICE_UNKNOWN};
 use fragprobe_shared::live::LiveEntry;
 use fragprobe_shared::model::{ArenaFigures, Model};
 use fragprobe_shared::ring::RingFile;
@@ -16,7 +16,12 @@ use super::sample::ProbeInfo;
 
 /// What the ring at `ring` says about its process. `capacity` is the device's total bytes
 /// (NVML). Fields the ring cannot answer (unreadable ring, another user's) stay `None`.
-pub fn probe_info(ring: PathBuf, capacity: Option<u64>) -> ProbeInfo {
+///
+/// `device_uuid` is the NVML device's uuid: a process on several GPUs shows, on each, only
+/// the objects on the CUDA device with that uuid (found in the ring's device descriptions,
+/// so `CUDA_VISIBLE_DEVICES` renumbering does not matter). A ring that describes no device
+/// yet gives all its objects.
+pub fn probe_info(ring: PathBuf, capacity: Option<u64>, device_uuid: Option<&str>) -> ProbeInfo {
     let Ok(file) = RingFile::open(&ring) else {
         return ProbeInfo {
             ring,
@@ -25,6 +30,13 @@ pub fn probe_info(ring: PathBuf, capacity: Option<u64>) -> ProbeInfo {
     };
     let mut entries = Vec::new();
     file.live().for_each(|e| entries.push(e));
+    if let Some(u) = device_uuid {
+        let described = described_devices(file.meta_area());
+        if !described.is_empty() {
+            let ordinal = described.iter().find(|(_, id)| id == u).map(|(o, _)| *o);
+            entries.retain(|e| Some(e.device) == ordinal);
+        }
+    }
     let (count, bytes) = totals(&entries);
     let arena = arena_of(file.pid(), &entries, capacity);
     ProbeInfo {
@@ -34,6 +46,26 @@ pub fn probe_info(ring: PathBuf, capacity: Option<u64>) -> ProbeInfo {
         frag: arena.map(|a| a.ratio()),
         largest_free: arena.map(|a| a.largest_free),
     }
+}
+
+/// The (CUDA ordinal, uuid) of every device a ring's metadata describes.
+pub fn described_devices(meta: &[u8]) -> Vec<(i16, String)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < meta.len() {
+        let Some(e) = MetaEntry::parse(&meta[at..]) else {
+            break; // the last entry may still be being written
+        };
+        if e.kind == Some(MetaKind::DeviceInfo) {
+            if let (Some(o), Some(u)) = (e.get_str("ordinal"), e.get_str("uuid")) {
+                if let Ok(o) = o.parse::<i16>() {
+                    out.push((o, u.to_string()));
+                }
+            }
+        }
+        at += e.padded_len.max(8);
+    }
+    out
 }
 
 /// Live objects and bytes that hold device memory (as `LiveTable::totals` counts them).
@@ -150,10 +182,33 @@ mod tests {
         let rf = RingFile::create(&path, &cfg, 4242).expect("create ring");
         assert!(rf.live().insert(0x1000, LiveClass::Device, 0, 100, 0, 0, 1));
         assert!(rf.live().insert(0x112c, LiveClass::Device, 0, 100, 0, 0, 2));
-        let info = probe_info(path.clone(), Some(1000));
+        let info = probe_info(path.clone(), Some(1000), None);
         assert_eq!((info.live_bytes, info.live_count), (Some(200), Some(2)));
         assert_eq!(info.largest_free, Some(600));
-        let missing = probe_info(dir.join("1.ring"), None);
+        // No device described yet: a uuid filters nothing.
+        let info = probe_info(path.clone(), Some(1000), Some("GPU-b"));
+        assert_eq!(info.live_bytes, Some(200));
+        // Ordinal 0 is GPU-b, ordinal 1 GPU-a (CUDA_VISIBLE_DEVICES=1,0): each NVML device
+        // gets its own objects.
+        assert!(rf.live().insert(0x9000, LiveClass::Device, 1, 30, 0, 0, 3));
+        for (o, u) in [(0, "GPU-b"), (1, "GPU-a")] {
+            let mut buf = [0u8; 128];
+            let mut m = fragprobe_shared::format::MetaWriter::new(
+                &mut buf,
+                fragprobe_shared::format::MetaKind::DeviceInfo,
+            );
+            m.field(b"ordinal", o.to_string().as_bytes())
+                .field(b"uuid", u.as_bytes());
+            let (len, _) = m.finish();
+            rf.write_meta(&buf[..len]).unwrap();
+        }
+        let b = probe_info(path.clone(), None, Some("GPU-b"));
+        assert_eq!((b.live_bytes, b.live_count), (Some(200), Some(2)));
+        let a = probe_info(path.clone(), None, Some("GPU-a"));
+        assert_eq!((a.live_bytes, a.live_count), (Some(30), Some(1)));
+        let other = probe_info(path.clone(), None, Some("GPU-z"));
+        assert_eq!(other.live_bytes, Some(0));
+        let missing = probe_info(dir.join("1.ring"), None, None);
         assert_eq!(missing.live_bytes, None);
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -95,6 +95,7 @@ impl Monitor {
 
     fn enrich_device(&self, dev: &mut DeviceSample) {
         let capacity = dev.memory.as_ref().ok().map(|m| m.total);
+        let uuid = dev.uuid.as_ref().ok().cloned();
         if let Ok(list) = dev.processes.as_mut() {
             for p in list.iter_mut() {
                 p.info = self.procfs.info(p.pid);
@@ -102,7 +103,7 @@ impl Monitor {
                 p.probe = self
                     .rings
                     .ring_of(p.pid, uid)
-                    .map(|ring| super::live::probe_info(ring, capacity));
+                    .map(|ring| super::live::probe_info(ring, capacity, uuid.as_deref()));
             }
         }
         for m in dev.mig.iter_mut() {
