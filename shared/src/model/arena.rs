@@ -166,10 +166,18 @@ impl Arena {
                 return if seq == r.seq { Ok(false) } else { Err(r) };
             }
         }
-        let g = match self.regions.before_pos(&c) {
-            Some((far, i)) => {
-                // The previous entry: index `i` of `c`'s leaf, or of `far`'s.
-                let pc = far.as_ref().unwrap_or(&c);
+        // The previous entry: index `i` of `pc`'s leaf, usually `c`'s own (no cursor copy).
+        let far;
+        let prev = if c.pos() > 0 {
+            Some((&c, c.pos() - 1))
+        } else if let Some(p) = self.regions.before(&c) {
+            far = p;
+            Some((&far, far.pos()))
+        } else {
+            None
+        };
+        let g = match prev {
+            Some((pc, i)) => {
                 let Some((ps, pr, pg)) = self.regions.at_pos(pc, i) else {
                     return Err(r);
                 };
@@ -223,9 +231,17 @@ impl Arena {
         // a + size + gap ≤ end, so this cannot overflow.
         let merged = r.size + g;
         self.count(g, 0);
-        match self.regions.before_pos(&c) {
-            Some((far, i)) => {
-                let pc = far.as_ref().unwrap_or(&c);
+        let far;
+        let prev = if c.pos() > 0 {
+            Some((&c, c.pos() - 1))
+        } else if let Some(p) = self.regions.before(&c) {
+            far = p;
+            Some((&far, far.pos()))
+        } else {
+            None
+        };
+        match prev {
+            Some((pc, i)) => {
                 if let Some((_, _, pg)) = self.regions.at_pos(pc, i) {
                     self.count(pg, pg + merged);
                     self.regions.set_gap_pos(pc, i, pg + merged);

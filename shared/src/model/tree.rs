@@ -11,7 +11,7 @@
 use super::region::Region;
 
 /// Entries per leaf.
-const LB: usize = 16;
+const LB: usize = 32;
 /// Children per inner node.
 const IB: usize = 16;
 /// A non-root leaf with fewer entries is merged or refilled.
@@ -127,7 +127,8 @@ impl Inner {
     }
     #[inline]
     fn max(&self) -> u64 {
-        self.maxg[..self.n].iter().copied().max().unwrap_or(0)
+        // Slots past `n` hold 0, as in a leaf.
+        self.maxg.iter().copied().fold(0, u64::max)
     }
     #[inline]
     fn insert(&mut self, i: usize, k: u64, kid: u32, g: u64) {
@@ -146,6 +147,7 @@ impl Inner {
         self.keys.copy_within(i + 1..n, i);
         self.kids.copy_within(i + 1..n, i);
         self.maxg.copy_within(i + 1..n, i);
+        self.maxg[n - 1] = 0;
         self.n -= 1;
     }
 }
@@ -158,6 +160,14 @@ pub(crate) struct Cursor {
     depth: usize,
     leaf: u32,
     pos: usize,
+}
+
+impl Cursor {
+    /// The index in its leaf.
+    #[inline]
+    pub(crate) fn pos(&self) -> usize {
+        self.pos
+    }
 }
 
 /// The ordered map. See the module documentation.
@@ -276,13 +286,21 @@ impl RegionTree {
             let inn = &self.inners[node as usize];
             // The child is the number of separators (from index 1) ≤ `a`: a binary search
             // (std's is branch-free) over the sorted keys.
-            let i = inn.keys[1..inn.n].partition_point(|&k| k <= a);
+            let mut i = 1;
+            while i < inn.n && inn.keys[i] <= a {
+                i += 1;
+            }
+            i -= 1;
             c.path[lvl] = (node, i as u32);
             node = inn.kids[i];
         }
         c.leaf = node;
         let l = &self.leaves[node as usize];
-        c.pos = l.keys[..l.n].partition_point(|&k| k < a);
+        let mut j = 0;
+        while j < l.n && l.keys[j] < a {
+            j += 1;
+        }
+        c.pos = j;
         c
     }
 
@@ -297,19 +315,6 @@ impl RegionTree {
     pub(crate) fn at_pos(&self, c: &Cursor, pos: usize) -> Option<(u64, &Region, u64)> {
         let l = self.leaves.get(c.leaf as usize)?;
         (pos < l.n).then(|| (l.keys[pos], &l.vals[pos], l.gaps[pos]))
-    }
-
-    /// The entry before `c`: `(None, i)` when it is index `i` of `c`'s own leaf (no cursor
-    /// to copy), `(Some(p), p.pos)` when it is in an earlier leaf; `None` at the start.
-    #[inline]
-    pub(crate) fn before_pos(&self, c: &Cursor) -> Option<(Option<Cursor>, usize)> {
-        if c.leaf != NIL && c.pos > 0 {
-            return Some((None, c.pos - 1));
-        }
-        self.before(c).map(|p| {
-            let i = p.pos;
-            (Some(p), i)
-        })
     }
 
     /// The entry before `c`.
@@ -519,6 +524,7 @@ impl RegionTree {
         hi.kids[..IB - h].copy_from_slice(&lo.kids[h..]);
         hi.maxg[..IB - h].copy_from_slice(&lo.maxg[h..]);
         hi.n = IB - h;
+        lo.maxg[h..].fill(0);
         lo.n = h;
         if i < h {
             lo.insert(i + 1, sep, right, rm);
@@ -626,10 +632,12 @@ impl RegionTree {
                 lo.keys[..h].copy_from_slice(&keys[..h]);
                 lo.kids[..h].copy_from_slice(&kids[..h]);
                 lo.maxg[..h].copy_from_slice(&maxg[..h]);
+                lo.maxg[h..].fill(0);
                 lo.n = h;
                 hi.keys[..total - h].copy_from_slice(&keys[h..total]);
                 hi.kids[..total - h].copy_from_slice(&kids[h..total]);
                 hi.maxg[..total - h].copy_from_slice(&maxg[h..total]);
+                hi.maxg[total - h..].fill(0);
                 hi.n = total - h;
                 let (lm, rm, sep) = (lo.max(), hi.max(), hi.keys[0]);
                 let inn = &mut self.inners[pi];
@@ -706,6 +714,10 @@ impl RegionTree {
         }
         let inn = &self.inners[node as usize];
         assert!(if root { inn.n >= 2 } else { inn.n >= IMIN });
+        assert!(
+            inn.maxg[inn.n..].iter().all(|&g| g == 0),
+            "stale gap past n"
+        );
         let mut total = 0;
         for i in 0..inn.n {
             let clo = if i == 0 { lo } else { inn.keys[i] };
@@ -768,6 +780,11 @@ mod tests {
     /// Applies `(insert?, key, gap)` steps to the tree and to a `BTreeMap`, checking the
     /// structure, the largest gap, lookups and neighbours after every step.
     fn run(steps: &[(bool, u16, u16)]) {
+        run_checking(steps, 1);
+    }
+
+    /// [`run`], with the structure checked every `every` steps (and at the end).
+    fn run_checking(steps: &[(bool, u16, u16)], every: usize) {
         let mut t = RegionTree::default();
         let mut naive: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
         for (i, &(ins, k, g)) in steps.iter().enumerate() {
@@ -790,8 +807,11 @@ mod tests {
                 t.set_gap(&p, pg + g);
                 naive.get_mut(&pk).unwrap().1 += g;
             }
-            t.check();
             assert_eq!(t.len(), naive.len());
+            if !(i as usize).is_multiple_of(every) {
+                continue;
+            }
+            t.check();
             let max = naive.values().map(|v| v.1).max().unwrap_or(0);
             assert_eq!(t.max_gap(), max);
             let probe = k ^ 0x55;
@@ -809,6 +829,7 @@ mod tests {
                 naive.keys().next_back().copied()
             );
         }
+        t.check();
         let all: Vec<(u64, u64, u64)> = t.iter().map(|(k, r, g)| (k, r.seq, g)).collect();
         let want: Vec<(u64, u64, u64)> = naive.iter().map(|(k, v)| (*k, v.0, v.1)).collect();
         assert_eq!(all, want);
@@ -833,6 +854,29 @@ mod tests {
                 .collect();
             run(&steps);
         }
+    }
+
+    /// Random churn over enough keys for three inner levels, so inner nodes split, merge
+    /// and borrow below the root too.
+    #[test]
+    fn deep_tree_random_churn() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut steps = Vec::new();
+        for phase in 0..4 {
+            // Grow, shrink (by about a third), grow again, shrink again.
+            let p_ins = [95, 3, 90, 0][phase];
+            for _ in 0..20_000 {
+                let r = next();
+                steps.push((r % 100 < p_ins, (r >> 8) as u16 % 40_000, (r >> 32) as u16));
+            }
+        }
+        run_checking(&steps, 997);
     }
 
     /// Ascending then descending keys (the allocator's common pattern) and a full drain.
