@@ -34,13 +34,21 @@ const BLANK: Region = Region {
     kind: super::region::RegionKind::Device,
 };
 
+/// Slot masks of a leaf hold one bit per entry.
+const _: () = assert!(LB <= 64);
+
 #[derive(Clone, Debug)]
 struct Leaf {
     n: usize,
     /// The next leaf to the right ([`NIL`] for the last).
     next: u32,
+    /// Bit `s`: `vals[s]` holds an entry.
+    used: u64,
     keys: [u64; LB],
     gaps: [u64; LB],
+    /// `slot[j]`: where in `vals` the region of entry `j` is. Regions stay in their slot
+    /// while entries shift, so an insertion or removal moves bytes, not 48-byte regions.
+    slot: [u8; LB],
     vals: [Region; LB],
 }
 
@@ -49,10 +57,17 @@ impl Leaf {
         Leaf {
             n: 0,
             next: NIL,
+            used: 0,
             keys: [0; LB],
             gaps: [0; LB],
+            slot: [0; LB],
             vals: [BLANK; LB],
         }
+    }
+    /// The region of entry `j`.
+    #[inline]
+    fn val(&self, j: usize) -> &Region {
+        &self.vals[self.slot[j] as usize]
     }
     /// The largest gap. Slots past `n` hold 0 (every operation that vacates one zeroes
     /// it), so this is a fixed-size scan without branches.
@@ -63,44 +78,49 @@ impl Leaf {
     #[inline]
     fn insert(&mut self, i: usize, k: u64, r: Region, g: u64) {
         let n = self.n;
+        // A free slot: the leaf is not full, so one exists below LB.
+        let s = (!self.used).trailing_zeros() as usize;
+        self.used |= 1 << s;
         self.keys.copy_within(i..n, i + 1);
         self.gaps.copy_within(i..n, i + 1);
-        self.vals.copy_within(i..n, i + 1);
+        self.slot.copy_within(i..n, i + 1);
         self.keys[i] = k;
         self.gaps[i] = g;
-        self.vals[i] = r;
+        self.slot[i] = s as u8;
+        self.vals[s] = r;
         self.n += 1;
     }
     #[inline]
     fn remove(&mut self, i: usize) {
         let n = self.n;
+        self.used &= !(1 << self.slot[i]);
         self.keys.copy_within(i + 1..n, i);
         self.gaps.copy_within(i + 1..n, i);
-        self.vals.copy_within(i + 1..n, i);
+        self.slot.copy_within(i + 1..n, i);
         self.gaps[n - 1] = 0;
         self.n -= 1;
     }
     /// Moves entries `[from, n)` to the end of `to`.
     fn move_tail(&mut self, from: usize, to: &mut Leaf) {
-        let (n, m) = (self.n, to.n);
-        let k = n - from;
-        to.keys[m..m + k].copy_from_slice(&self.keys[from..n]);
-        to.gaps[m..m + k].copy_from_slice(&self.gaps[from..n]);
-        to.vals[m..m + k].copy_from_slice(&self.vals[from..n]);
-        to.n += k;
-        self.gaps[from..n].fill(0);
+        for j in from..self.n {
+            let r = *self.val(j);
+            to.insert(to.n, self.keys[j], r, self.gaps[j]);
+            self.used &= !(1 << self.slot[j]);
+        }
+        self.gaps[from..].fill(0);
         self.n = from;
     }
     /// Moves the first `k` entries of `self` to the end of `to`.
     fn move_head(&mut self, k: usize, to: &mut Leaf) {
-        let (n, m) = (self.n, to.n);
-        to.keys[m..m + k].copy_from_slice(&self.keys[..k]);
-        to.gaps[m..m + k].copy_from_slice(&self.gaps[..k]);
-        to.vals[m..m + k].copy_from_slice(&self.vals[..k]);
-        to.n += k;
+        let n = self.n;
+        for j in 0..k {
+            let r = *self.val(j);
+            to.insert(to.n, self.keys[j], r, self.gaps[j]);
+            self.used &= !(1 << self.slot[j]);
+        }
         self.keys.copy_within(k..n, 0);
         self.gaps.copy_within(k..n, 0);
-        self.vals.copy_within(k..n, 0);
+        self.slot.copy_within(k..n, 0);
         self.gaps[n - k..n].fill(0);
         self.n -= k;
     }
@@ -314,7 +334,7 @@ impl RegionTree {
     #[inline]
     pub(crate) fn at_pos(&self, c: &Cursor, pos: usize) -> Option<(u64, &Region, u64)> {
         let l = self.leaves.get(c.leaf as usize)?;
-        (pos < l.n).then(|| (l.keys[pos], &l.vals[pos], l.gaps[pos]))
+        (pos < l.n).then(|| (l.keys[pos], l.val(pos), l.gaps[pos]))
     }
 
     /// The entry before `c`.
@@ -540,7 +560,7 @@ impl RegionTree {
     pub(crate) fn remove_at(&mut self, c: &Cursor) -> (Region, u64) {
         let leaf = c.leaf as usize;
         let l = &mut self.leaves[leaf];
-        let out = (l.vals[c.pos], l.gaps[c.pos]);
+        let out = (*l.val(c.pos), l.gaps[c.pos]);
         l.remove(c.pos);
         self.len -= 1;
         if self.len == 0 {
@@ -703,6 +723,9 @@ impl RegionTree {
             assert!(root || l.n >= LMIN, "leaf under-full");
             assert!(l.n >= 1 && l.n <= LB);
             assert!(l.gaps[l.n..].iter().all(|&g| g == 0), "stale gap past n");
+            let used = l.slot[..l.n].iter().fold(0u64, |m, &s| m | 1 << s);
+            assert_eq!(used, l.used, "slot mask");
+            assert_eq!(used.count_ones() as usize, l.n, "slots not distinct");
             for j in 0..l.n {
                 assert!(l.keys[j] >= lo && l.keys[j] < hi || (hi == u64::MAX && l.keys[j] == hi));
                 if j > 0 {
@@ -759,7 +782,7 @@ impl<'a> Iterator for Iter<'a> {
             if self.pos < l.n {
                 let i = self.pos;
                 self.pos += 1;
-                return Some((l.keys[i], &l.vals[i], l.gaps[i]));
+                return Some((l.keys[i], l.val(i), l.gaps[i]));
             }
             self.leaf = l.next;
             self.pos = 0;
