@@ -407,9 +407,25 @@ impl SeriesSet {
         ratio: f64,
     ) {
         self.put(Metric::Live, t, totals.live_bytes);
-        self.put(Metric::Managed, t, totals.managed_bytes);
-        self.put(Metric::Mapped, t, totals.mapped_bytes);
-        self.put(Metric::Reserved, t, totals.reserved_bytes);
+        // Managed, mapped and reserved bytes rarely change: one test for the three.
+        let (mg, mp, rs) = (
+            totals.managed_bytes,
+            totals.mapped_bytes,
+            totals.reserved_bytes,
+        );
+        let raw = |m: Metric| self.raw[m as usize];
+        let (rmg, rmp, rrs) = (
+            raw(Metric::Managed),
+            raw(Metric::Mapped),
+            raw(Metric::Reserved),
+        );
+        const THREE: u16 =
+            1 << Metric::Managed as u16 | 1 << Metric::Mapped as u16 | 1 << Metric::Reserved as u16;
+        if (mg ^ rmg) | (mp ^ rmp) | (rs ^ rrs) != 0 || self.has & THREE != THREE {
+            self.put(Metric::Managed, t, mg);
+            self.put(Metric::Mapped, t, mp);
+            self.put(Metric::Reserved, t, rs);
+        }
         if let Some(a) = arena {
             let l = self.put(Metric::LargestFree, t, a.largest_free);
             let f = self.put(Metric::TotalFree, t, a.total_free);
