@@ -26,24 +26,36 @@ pub struct Bucket {
 /// Default number of stored points per series.
 pub const DEFAULT_SERIES_CAP: usize = 16384;
 
-/// One stored point, or the one being filled.
+/// One stored point, or the one being filled. Values are stored as bits: the integer
+/// itself in an integer series (converted to `f64` when read: the conversion is monotone,
+/// so min and max commute with it), `f64::to_bits` otherwise.
 #[derive(Clone, Copy, Debug, Default)]
 struct Point {
     t: u64,
-    min: f64,
-    max: f64,
-    last: f64,
+    min: u64,
+    max: u64,
+    last: u64,
 }
 
 impl Point {
     #[inline]
-    fn bucket(self) -> Bucket {
+    fn bucket(self, int: bool) -> Bucket {
         Bucket {
             t: self.t,
-            min: self.min,
-            max: self.max,
-            last: self.last,
+            min: value(self.min, int),
+            max: value(self.max, int),
+            last: value(self.last, int),
         }
+    }
+}
+
+/// A stored value as `f64`.
+#[inline]
+fn value(bits: u64, int: bool) -> f64 {
+    if int {
+        bits as f64
+    } else {
+        f64::from_bits(bits)
     }
 }
 
@@ -59,7 +71,10 @@ pub struct Series {
     /// Pushes folded into `pending` (0: none).
     pending_n: u64,
     last_t: u64,
-    last_v: Option<f64>,
+    /// The last value pushed, as stored.
+    last_v: Option<u64>,
+    /// Values are integers (pushed with `push_int`), not `f64` bits.
+    int: bool,
 }
 
 impl Default for Series {
@@ -79,37 +94,38 @@ impl Series {
             pending_n: 0,
             last_t: 0,
             last_v: None,
+            int: false,
+        }
+    }
+
+    /// An empty series of integer values.
+    pub(crate) fn new_int(cap: usize) -> Series {
+        Series {
+            int: true,
+            ..Series::new(cap)
         }
     }
 
     /// Appends a value at time `t`.
     #[inline]
     pub fn push(&mut self, t: u64, v: f64) {
-        if v.is_nan() || self.pending.min.is_nan() || self.pending.max.is_nan() {
-            self.push_nan_safe(t, v);
-        } else {
-            self.push_num(t, v);
-        }
-    }
-
-    /// [`Series::push`] with `f64::min`/`max` (a NaN is ignored by them).
-    #[cold]
-    fn push_nan_safe(&mut self, t: u64, v: f64) {
+        debug_assert!(!self.int, "an integer series takes push_int");
         let t = t.max(self.last_t);
         self.last_t = t;
-        self.last_v = Some(v);
+        let bits = v.to_bits();
+        self.last_v = Some(bits);
         if self.pending_n == 0 {
             self.pending = Point {
                 t,
-                min: v,
-                max: v,
-                last: v,
+                min: bits,
+                max: bits,
+                last: bits,
             };
         } else {
             let p = &mut self.pending;
-            p.min = p.min.min(v);
-            p.max = p.max.max(v);
-            p.last = v;
+            p.min = f64::from_bits(p.min).min(v).to_bits();
+            p.max = f64::from_bits(p.max).max(v).to_bits();
+            p.last = bits;
         }
         self.pending_n += 1;
         if self.pending_n >= self.stride {
@@ -117,10 +133,10 @@ impl Series {
         }
     }
 
-    /// [`Series::push`] of a value that is not NaN while the pending point holds no NaN:
-    /// plain comparisons give what `f64::min`/`max` give.
+    /// Appends an integer value at time `t` (an integer series).
     #[inline(always)]
-    fn push_num(&mut self, t: u64, v: f64) {
+    pub(crate) fn push_int(&mut self, t: u64, v: u64) {
+        debug_assert!(self.int);
         let t = t.max(self.last_t);
         self.last_t = t;
         self.last_v = Some(v);
@@ -133,12 +149,8 @@ impl Series {
                 last: v,
             };
         } else {
-            if v < p.min {
-                p.min = v;
-            }
-            if v > p.max {
-                p.max = v;
-            }
+            p.min = p.min.min(v);
+            p.max = p.max.max(v);
             p.last = v;
         }
         self.pending_n += 1;
@@ -150,7 +162,7 @@ impl Series {
     /// Appends a value only if it differs from the last one (the step function is the same).
     #[inline]
     pub fn push_if_changed(&mut self, t: u64, v: f64) {
-        if self.last_v != Some(v) {
+        if self.last_value() != Some(v) {
             self.push(t, v);
         }
     }
@@ -173,11 +185,22 @@ impl Series {
         while i < n {
             let j = (i + 1).min(n - 1);
             let (a, b) = (self.pts[i], self.pts[j]);
-            self.pts[w] = Point {
-                t: a.t,
-                min: a.min.min(b.min),
-                max: a.max.max(b.max),
-                last: b.last,
+            self.pts[w] = if self.int {
+                Point {
+                    t: a.t,
+                    min: a.min.min(b.min),
+                    max: a.max.max(b.max),
+                    last: b.last,
+                }
+            } else {
+                let (am, bm) = (f64::from_bits(a.min), f64::from_bits(b.min));
+                let (ax, bx) = (f64::from_bits(a.max), f64::from_bits(b.max));
+                Point {
+                    t: a.t,
+                    min: am.min(bm).to_bits(),
+                    max: ax.max(bx).to_bits(),
+                    last: b.last,
+                }
             };
             w += 1;
             i += 2;
@@ -203,7 +226,7 @@ impl Series {
 
     /// The last value pushed.
     pub fn last_value(&self) -> Option<f64> {
-        self.last_v
+        self.last_v.map(|b| value(b, self.int))
     }
 
     /// Time of the first point.
@@ -231,9 +254,9 @@ impl Series {
 
     fn point(&self, i: usize) -> Bucket {
         match self.pts.get(i) {
-            Some(p) => p.bucket(),
-            None if self.pending_n > 0 => self.pending.bucket(),
-            None => Point::default().bucket(),
+            Some(p) => p.bucket(self.int),
+            None if self.pending_n > 0 => self.pending.bucket(self.int),
+            None => Point::default().bucket(false),
         }
     }
 
@@ -362,11 +385,29 @@ pub struct SeriesSet {
     has: u16,
 }
 
+// `record`'s integer metrics are the first six.
+const _: () = assert!(
+    Metric::Live as usize == 0
+        && Metric::Managed as usize == 1
+        && Metric::Mapped as usize == 2
+        && Metric::Reserved as usize == 3
+        && Metric::LargestFree as usize == 4
+        && Metric::TotalFree as usize == 5
+        && Metric::FragRatio as usize == 6
+);
+
 impl SeriesSet {
     /// Empty series of `cap` points each.
     pub fn new(cap: usize) -> SeriesSet {
         SeriesSet {
-            s: core::array::from_fn(|_| Series::new(cap)),
+            // `record`'s integer metrics (the first six) store integers.
+            s: core::array::from_fn(|i| {
+                if i < Metric::FragRatio as usize {
+                    Series::new_int(cap)
+                } else {
+                    Series::new(cap)
+                }
+            }),
             raw: [0; 9],
             has: 0,
         }
@@ -386,14 +427,14 @@ impl SeriesSet {
             return false;
         }
         let old = self.raw[i];
+        let had = self.has & bit != 0;
         self.raw[i] = v;
         self.has |= bit;
-        if (v | old) >> 53 == 0 {
-            // Only `record` pushes this metric, so the series' last value is `old` (or there
-            // is none): distinct integers below 2^53 are distinct `f64`s, so this changes it.
-            self.s[i].push_num(t, v as f64);
-        } else {
-            self.s[i].push_if_changed(t, v as f64);
+        // Only `record` pushes this metric, so the series' last value is `old` (or there is
+        // none). The step function is that of the values as `f64`: distinct integers below
+        // 2^53 differ there too; above, two may be the same `f64`, and then nothing changed.
+        if !(had && (v | old) >> 53 != 0 && v as f64 == old as f64) {
+            self.s[i].push_int(t, v);
         }
         true
     }
@@ -431,10 +472,7 @@ impl SeriesSet {
             let f = self.put(Metric::TotalFree, t, a.total_free);
             // The ratio is a function of the two: unchanged when both are.
             if l || f {
-                let r = &mut self.s[Metric::FragRatio as usize];
-                if r.last_v != Some(ratio) {
-                    r.push(t, ratio);
-                }
+                self.s[Metric::FragRatio as usize].push_if_changed(t, ratio);
             }
         }
     }
@@ -497,6 +535,43 @@ mod tests {
         let min = s.points().map(|b| b.min).fold(f64::INFINITY, f64::min);
         assert_eq!(min, 0.5);
         assert!(s.points().all(|b| !b.min.is_nan() && !b.max.is_nan()));
+    }
+
+    #[test]
+    fn integer_series_read_like_f64_series() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut a = Series::new_int(8);
+        let mut b = Series::new(8);
+        for i in 0..5_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Small values and ones above 2^53 (where neighbours share an f64).
+            let v = if i % 3 == 0 { x } else { x % 1000 };
+            a.push_int(i * 7 / 3, v);
+            b.push(i * 7 / 3, v as f64);
+        }
+        assert_eq!(
+            a.points().collect::<Vec<_>>(),
+            b.points().collect::<Vec<_>>()
+        );
+        assert_eq!(a.downsample(100, 9_000, 37), b.downsample(100, 9_000, 37));
+        assert_eq!(
+            (
+                a.last_value(),
+                a.last_t(),
+                a.max_value(),
+                a.stride(),
+                a.len()
+            ),
+            (
+                b.last_value(),
+                b.last_t(),
+                b.max_value(),
+                b.stride(),
+                b.len()
+            )
+        );
     }
 
     #[test]
