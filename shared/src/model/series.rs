@@ -123,8 +123,20 @@ impl Series {
             };
         } else {
             let p = &mut self.pending;
-            p.min = f64::from_bits(p.min).min(v).to_bits();
-            p.max = f64::from_bits(p.max).max(v).to_bits();
+            let (lo, hi) = (f64::from_bits(p.min), f64::from_bits(p.max));
+            if v.is_nan() || lo.is_nan() || hi.is_nan() {
+                // `f64::min`/`max` ignore a NaN.
+                p.min = lo.min(v).to_bits();
+                p.max = hi.max(v).to_bits();
+            } else {
+                // No NaN: plain comparisons give the same.
+                if v < lo {
+                    p.min = bits;
+                }
+                if v > hi {
+                    p.max = bits;
+                }
+            }
             p.last = bits;
         }
         self.pending_n += 1;
