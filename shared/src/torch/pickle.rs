@@ -16,7 +16,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::io::{BufRead, ErrorKind};
+use std::io::{BufRead, ErrorKind, Read};
 use std::sync::Arc;
 
 /// A reference to one value of a [`Pickle`]. Copy it freely; read it with [`Pickle::view`].
@@ -238,6 +238,41 @@ impl Pickle {
         }
     }
 
+    /// The intern id of string `h` (ids are dense, `0..string_count()`): equal strings have
+    /// equal ids, so decoders can classify dict keys once per distinct string.
+    #[inline]
+    pub fn str_id(&self, h: Handle) -> Option<u32> {
+        (h.tag() == T_STR).then_some(h.0 & PAYLOAD)
+    }
+
+    /// The id of container `h` (list, tuple, dict, set), dense in `0..container_count()`:
+    /// the same id means the very same (shared) object.
+    #[inline]
+    pub fn container_id(&self, h: Handle) -> Option<u32> {
+        matches!(h.tag(), T_LIST | T_TUPLE | T_DICT | T_SET | T_FROZENSET).then_some(h.0 & PAYLOAD)
+    }
+
+    /// Number of containers.
+    pub fn container_count(&self) -> usize {
+        self.containers.len()
+    }
+
+    /// The items of dict `h` as a flat `[k0, v0, k1, v1, …]` slice (`None` for non-dicts).
+    #[inline]
+    pub fn dict_items(&self, h: Handle) -> Option<&[Handle]> {
+        (h.tag() == T_DICT).then(|| self.containers[h.index()].as_slice())
+    }
+
+    /// `h` as an integer, with a fast path for the small ints stored in the handle.
+    #[inline]
+    pub fn int_fast(&self, h: Handle) -> Option<i128> {
+        if h.tag() == T_SMALL {
+            Some((((h.0 << (32 - TAG_SHIFT)) as i32) >> (32 - TAG_SHIFT)) as i128)
+        } else {
+            self.int(h)
+        }
+    }
+
     /// Number of distinct interned strings.
     pub fn string_count(&self) -> usize {
         self.strs.len()
@@ -328,7 +363,8 @@ impl Default for Limits {
     }
 }
 
-/// Reads one pickle from `r` (stops after `STOP`; trailing bytes are left unread).
+/// Reads one pickle from `r` (stops after `STOP`; the reader is read in 64 KiB chunks, so
+/// bytes after `STOP` may have been consumed).
 pub fn read_pickle<R: BufRead>(r: R) -> Result<Pickle, PickleError> {
     read_pickle_with(r, Limits::default())
 }
@@ -341,7 +377,7 @@ pub fn read_pickle_bytes(b: &[u8]) -> Result<Pickle, PickleError> {
 /// [`read_pickle`] with explicit [`Limits`].
 pub fn read_pickle_with<R: BufRead>(r: R, limits: Limits) -> Result<Pickle, PickleError> {
     let mut vm = Vm {
-        input: Input { r, pos: 0 },
+        input: Input::new(r),
         out: Pickle::default(),
         stack: Vec::new(),
         marks: Vec::new(),
@@ -361,30 +397,76 @@ pub fn read_pickle_with<R: BufRead>(r: R, limits: Limits) -> Result<Pickle, Pick
     Ok(out)
 }
 
+/// The input, read in 64 KiB chunks into a buffer of our own so the hot opcode paths
+/// (`byte`, `array`) are a bounds check and a load, not a call into the reader.
 struct Input<R> {
     r: R,
-    pos: u64,
+    buf: Box<[u8]>,
+    lo: usize,
+    hi: usize,
+    /// Input offset of `buf[0]`.
+    base: u64,
 }
 
-impl<R: BufRead> Input<R> {
-    fn byte(&mut self, what: &'static str) -> Result<u8, PickleError> {
+const CHUNK: usize = 1 << 16;
+
+impl<R: Read> Input<R> {
+    fn new(r: R) -> Self {
+        Input {
+            r,
+            buf: vec![0u8; CHUNK].into_boxed_slice(),
+            lo: 0,
+            hi: 0,
+            base: 0,
+        }
+    }
+
+    /// Offset of the next unread byte.
+    #[inline]
+    fn pos(&self) -> u64 {
+        self.base + self.lo as u64
+    }
+
+    /// Refills the (fully consumed) buffer; `false` at the end of the input.
+    #[cold]
+    fn refill(&mut self) -> Result<bool, PickleError> {
+        debug_assert!(self.lo >= self.hi);
+        self.base += self.hi as u64;
+        self.lo = 0;
+        self.hi = 0;
         loop {
-            match self.r.fill_buf() {
-                Ok([]) => {
-                    return Err(PickleError::Truncated {
-                        offset: self.pos,
-                        what,
-                    })
-                }
-                Ok(buf) => {
-                    let b = buf[0];
-                    self.r.consume(1);
-                    self.pos += 1;
-                    return Ok(b);
+            match self.r.read(&mut self.buf) {
+                Ok(n) => {
+                    self.hi = n;
+                    return Ok(n > 0);
                 }
                 Err(e) if e.kind() == ErrorKind::Interrupted => continue,
                 Err(e) => return Err(PickleError::Io(e.to_string())),
             }
+        }
+    }
+
+    #[cold]
+    fn byte_slow(&mut self, what: &'static str) -> Result<u8, PickleError> {
+        if !self.refill()? {
+            return Err(PickleError::Truncated {
+                offset: self.pos(),
+                what,
+            });
+        }
+        let b = self.buf[0];
+        self.lo = 1;
+        Ok(b)
+    }
+
+    #[inline(always)]
+    fn byte(&mut self, what: &'static str) -> Result<u8, PickleError> {
+        if self.lo < self.hi {
+            let b = self.buf[self.lo];
+            self.lo += 1;
+            Ok(b)
+        } else {
+            self.byte_slow(what)
         }
     }
 
@@ -394,27 +476,42 @@ impl<R: BufRead> Input<R> {
         out.clear();
         let mut left = n;
         while left > 0 {
-            let buf = match self.r.fill_buf() {
-                Ok(b) => b,
-                Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-                Err(e) => return Err(PickleError::Io(e.to_string())),
-            };
-            if buf.is_empty() {
+            if self.lo >= self.hi && !self.refill()? {
                 return Err(PickleError::Truncated {
-                    offset: self.pos,
+                    offset: self.pos(),
                     what,
                 });
             }
-            let take = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-            out.extend_from_slice(&buf[..take]);
-            self.r.consume(take);
-            self.pos += take as u64;
+            let avail = self.hi - self.lo;
+            let take = avail.min(usize::try_from(left).unwrap_or(usize::MAX));
+            out.extend_from_slice(&self.buf[self.lo..self.lo + take]);
+            self.lo += take;
             left -= take as u64;
         }
         Ok(())
     }
 
+    /// The next `n` bytes as a slice of the buffer when they are all there already.
+    #[inline(always)]
+    fn peek_slice(&self, n: usize) -> Option<&[u8]> {
+        self.buf
+            .get(self.lo..self.lo + n)
+            .filter(|_| self.hi - self.lo >= n)
+    }
+
+    #[inline(always)]
     fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], PickleError> {
+        if self.hi - self.lo >= N {
+            let mut a = [0u8; N];
+            a.copy_from_slice(&self.buf[self.lo..self.lo + N]);
+            self.lo += N;
+            return Ok(a);
+        }
+        self.array_slow(what)
+    }
+
+    #[cold]
+    fn array_slow<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], PickleError> {
         let mut a = [0u8; N];
         for b in a.iter_mut() {
             *b = self.byte(what)?;
@@ -440,7 +537,7 @@ impl<R: BufRead> Input<R> {
             if out.len() >= max {
                 return Err(PickleError::Malformed {
                     msg: format!("{what} line longer than {max} bytes"),
-                    offset: self.pos,
+                    offset: self.pos(),
                 });
             }
             out.push(b);
@@ -470,7 +567,7 @@ fn code(opcode: &'static str, global: Option<String>, offset: u64) -> PickleErro
     }
 }
 
-impl<R: BufRead> Vm<R> {
+impl<R: Read> Vm<R> {
     fn malformed(&self, msg: impl Into<String>) -> PickleError {
         PickleError::Malformed {
             msg: msg.into(),
@@ -593,6 +690,24 @@ impl<R: BufRead> Vm<R> {
         Ok(Handle::new(T_STR, i))
     }
 
+    /// A `str` of `n` bytes: interned straight from the input buffer when it is all there
+    /// (the common case), through `scratch` otherwise.
+    fn read_str(&mut self, n: u64, what: &'static str) -> Result<Handle, PickleError> {
+        if let Some(b) = usize::try_from(n)
+            .ok()
+            .and_then(|n| self.input.peek_slice(n))
+        {
+            if let Ok(s) = std::str::from_utf8(b) {
+                if let Some(&i) = self.interned.get(s) {
+                    self.input.lo += n as usize;
+                    return Ok(Handle::new(T_STR, i));
+                }
+            }
+        }
+        self.read_string(n, what)?;
+        self.str_from_scratch()
+    }
+
     fn bytes_from_scratch(&mut self) -> Result<Handle, PickleError> {
         let i = self.index(self.out.bytes.len())?;
         self.out.bytes.push(self.scratch.as_slice().into());
@@ -683,7 +798,7 @@ impl<R: BufRead> Vm<R> {
 
     fn run(&mut self) -> Result<(), PickleError> {
         loop {
-            self.op_at = self.input.pos;
+            self.op_at = self.input.pos();
             let op = self.input.byte("an opcode")?;
             match op {
                 b'.' => {
@@ -798,20 +913,17 @@ impl<R: BufRead> Vm<R> {
                 }
                 b'X' => {
                     let n = u32::from_le_bytes(self.input.array("BINUNICODE")?) as u64;
-                    self.read_string(n, "BINUNICODE")?;
-                    let h = self.str_from_scratch()?;
+                    let h = self.read_str(n, "BINUNICODE")?;
                     self.push(h);
                 }
                 0x8c => {
                     let n = self.input.byte("SHORT_BINUNICODE")? as u64;
-                    self.read_string(n, "SHORT_BINUNICODE")?;
-                    let h = self.str_from_scratch()?;
+                    let h = self.read_str(n, "SHORT_BINUNICODE")?;
                     self.push(h);
                 }
                 0x8d => {
                     let n = u64::from_le_bytes(self.input.array("BINUNICODE8")?);
-                    self.read_string(n, "BINUNICODE8")?;
-                    let h = self.str_from_scratch()?;
+                    let h = self.read_str(n, "BINUNICODE8")?;
                     self.push(h);
                 }
                 b'V' => {
@@ -891,10 +1003,11 @@ impl<R: BufRead> Vm<R> {
                         _ => ("FROZENSET", T_FROZENSET),
                     };
                     let m = self.pop_mark(name)?;
-                    let items = self.stack.split_off(m);
-                    if tag == T_DICT && !items.len().is_multiple_of(2) {
+                    if tag == T_DICT && !(self.stack.len() - m).is_multiple_of(2) {
                         return Err(self.malformed("DICT with an odd number of items"));
                     }
+                    let items = self.stack[m..].to_vec();
+                    self.stack.truncate(m);
                     let h = self.container(tag, items)?;
                     self.push(h);
                 }
@@ -905,7 +1018,8 @@ impl<R: BufRead> Vm<R> {
                     {
                         return Err(self.malformed(format!("TUPLE{n} needs {n} values")));
                     }
-                    let items = self.stack.split_off(self.stack.len() - n);
+                    let items = self.stack[self.stack.len() - n..].to_vec();
+                    self.stack.truncate(self.stack.len() - n);
                     let h = self.container(T_TUPLE, items)?;
                     self.push(h);
                 }
@@ -920,12 +1034,11 @@ impl<R: BufRead> Vm<R> {
                     if m == 0 {
                         return Err(self.malformed(format!("{name} without a target")));
                     }
-                    let items = self.stack.split_off(m);
                     let target = self.stack[m - 1];
                     if op == 0x90 && target.tag() != T_SET {
                         return Err(self.malformed("ADDITEMS onto something that is not a set"));
                     }
-                    self.append_to(target, items, name)?;
+                    self.append_from_stack(target, m, name)?;
                 }
                 b's' => {
                     let v = self.pop("SETITEM")?;
@@ -938,12 +1051,11 @@ impl<R: BufRead> Vm<R> {
                     if m == 0 {
                         return Err(self.malformed("SETITEMS without a target"));
                     }
-                    let items = self.stack.split_off(m);
-                    if !items.len().is_multiple_of(2) {
+                    if !(self.stack.len() - m).is_multiple_of(2) {
                         return Err(self.malformed("SETITEMS with an odd number of items"));
                     }
                     let target = self.stack[m - 1];
-                    self.set_items(target, items)?;
+                    self.set_items_from_stack(target, m)?;
                 }
                 b'p' => {
                     self.read_line("PUT")?;
@@ -1057,6 +1169,34 @@ impl<R: BufRead> Vm<R> {
         }
         self.out.containers[target.index()].extend(items);
         Ok(())
+    }
+
+    /// SETITEMS: moves `stack[m..]` onto dict `target` without an intermediate vector.
+    fn set_items_from_stack(&mut self, target: Handle, m: usize) -> Result<(), PickleError> {
+        if target.tag() != T_DICT {
+            return Err(self.malformed(format!(
+                "SETITEM(S) onto a {} (only dicts take items)",
+                self.out.view(target).type_name()
+            )));
+        }
+        self.out.containers[target.index()].extend_from_slice(&self.stack[m..]);
+        self.stack.truncate(m);
+        Ok(())
+    }
+
+    /// APPENDS/ADDITEMS: moves `stack[m..]` onto list/set `target`.
+    fn append_from_stack(&mut self, target: Handle, m: usize, op: &str) -> Result<(), PickleError> {
+        match target.tag() {
+            T_LIST | T_SET => {
+                self.out.containers[target.index()].extend_from_slice(&self.stack[m..]);
+                self.stack.truncate(m);
+                Ok(())
+            }
+            _ => Err(self.malformed(format!(
+                "{op} onto a {} (only lists and sets can grow)",
+                self.out.view(target).type_name()
+            ))),
+        }
     }
 }
 

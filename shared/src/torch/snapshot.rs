@@ -9,7 +9,6 @@
 //! - 2.0-era blocks that carry `history` (`[{addr, real_size, frames}]`) instead of
 //!   `requested_size`, and blocks without `address` (placed back to back in their segment).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::io::BufRead;
 use std::path::Path;
@@ -328,8 +327,8 @@ pub fn decode(p: &Pickle) -> Result<Snapshot, ImportError> {
     let mut d = Decoder {
         p,
         stacks: Stacks::default(),
-        frame_cache: HashMap::new(),
-        stack_cache: HashMap::new(),
+        ids: vec![NO_ID; p.container_count()],
+        str_class: vec![0; p.string_count()],
         scratch: Vec::new(),
         legacy_history: false,
     };
@@ -416,8 +415,12 @@ fn shape(m: impl Into<String>) -> ImportError {
 struct Decoder<'p> {
     p: &'p Pickle,
     stacks: Stacks,
-    frame_cache: HashMap<Handle, FrameId>,
-    stack_cache: HashMap<Handle, StackId>,
+    /// Per container id: the interned frame (for frame dicts) or stack (for frame lists)
+    /// already made from it, or [`NO_ID`]. Snapshots share these objects through the memo,
+    /// so each is decoded once.
+    ids: Vec<u32>,
+    /// Per intern id of a string: its [`classify`] code, 0 until first seen.
+    str_class: Vec<u8>,
     scratch: Vec<FrameId>,
     legacy_history: bool,
 }
@@ -463,7 +466,8 @@ impl Decoder<'_> {
     }
 
     fn frame(&mut self, h: Handle) -> FrameId {
-        if let Some(&id) = self.frame_cache.get(&h) {
+        let cid = self.p.container_id(h).map(|c| c as usize);
+        if let Some(&id) = cid.and_then(|c| self.ids.get(c)).filter(|&&id| id != NO_ID) {
             return id;
         }
         let p = self.p;
@@ -478,13 +482,16 @@ impl Decoder<'_> {
             name: text("name"),
         };
         let id = self.stacks.frame(f);
-        self.frame_cache.insert(h, id);
+        if let Some(c) = cid {
+            self.ids[c] = id;
+        }
         id
     }
 
     fn stack_of(&mut self, frames: Option<Handle>) -> StackId {
         let Some(fl) = frames else { return EMPTY_STACK };
-        if let Some(&id) = self.stack_cache.get(&fl) {
+        let cid = self.p.container_id(fl).map(|c| c as usize);
+        if let Some(&id) = cid.and_then(|c| self.ids.get(c)).filter(|&&id| id != NO_ID) {
             return id;
         }
         let Some(items) = self.p.seq(fl) else {
@@ -499,7 +506,9 @@ impl Decoder<'_> {
         }
         let id = self.stacks.stack(&scratch);
         self.scratch = scratch;
-        self.stack_cache.insert(fl, id);
+        if let Some(c) = cid {
+            self.ids[c] = id;
+        }
         id
     }
 
@@ -611,7 +620,86 @@ impl Decoder<'_> {
         })
     }
 
+    /// The [`classify`] code of string `h` (`K_OTHER` for non-strings), computed once per
+    /// distinct string.
+    #[inline]
+    fn class(&mut self, h: Handle) -> u8 {
+        let Some(id) = self.p.str_id(h) else {
+            return K_OTHER;
+        };
+        let c = self.str_class[id as usize];
+        if c != 0 {
+            return c;
+        }
+        let c = classify(self.p.str(h).unwrap_or(""));
+        self.str_class[id as usize] = c;
+        c
+    }
+
+    /// One trace entry in a single pass over its keys (classified by intern id, no string
+    /// compares); anything unusual goes to [`Decoder::event_checked`] for its exact message.
     fn event(&mut self, e: Handle, dev: usize, j: usize) -> Result<TraceEvent, ImportError> {
+        let p = self.p;
+        let Some(items) = p.dict_items(e) else {
+            return self.event_checked(e, dev, j);
+        };
+        let (mut action, mut addr, mut dfree, mut size, mut stream, mut time, mut frames) =
+            (None, None, None, None, None, None, None);
+        for kv in items.chunks_exact(2) {
+            let v = kv[1];
+            match self.class(kv[0]) {
+                K_ACTION => action = Some(v),
+                K_ADDR => addr = Some(v),
+                K_DEVICE_FREE => dfree = Some(v),
+                K_SIZE => size = Some(v),
+                K_STREAM => stream = Some(v),
+                K_TIME_US => time = Some(v),
+                K_FRAMES => frames = Some(v),
+                _ => {}
+            }
+        }
+        let Some(a) = action.filter(|&a| p.str_id(a).is_some()) else {
+            return self.event_checked(e, dev, j);
+        };
+        let code = self.class(a);
+        let action = if code >= A_BASE {
+            ACTIONS[(code - A_BASE) as usize]
+        } else {
+            Action::Other
+        };
+        let u = |v: Option<Handle>| {
+            v.and_then(|v| p.int_fast(v))
+                .and_then(|v| u64::try_from(v).ok())
+        };
+        let addr = match action {
+            Action::Oom => u(dfree).or_else(|| u(addr)).unwrap_or(0),
+            Action::Snapshot | Action::UserDefined | Action::Other => u(addr).unwrap_or(0),
+            _ => match u(addr) {
+                Some(a) => a,
+                None => return self.event_checked(e, dev, j),
+            },
+        };
+        let size = u(size).unwrap_or(0);
+        let time_us = time.and_then(|v| p.int_fast(v)).map(|v| v as i64);
+        let stream = stream.and_then(|v| p.int_fast(v)).map_or(0, |v| v as u64);
+        let stack = self.stack_of(frames);
+        Ok(TraceEvent {
+            action,
+            addr,
+            size,
+            stream,
+            time_us,
+            stack,
+        })
+    }
+
+    /// [`Decoder::event`] by key lookups, with a precise message for a malformed entry.
+    fn event_checked(
+        &mut self,
+        e: Handle,
+        dev: usize,
+        j: usize,
+    ) -> Result<TraceEvent, ImportError> {
         let p = self.p;
         let at = || format!("device_traces[{dev}][{j}]");
         if !p.is_dict(e) {
@@ -685,6 +773,47 @@ impl Decoder<'_> {
             }
         }
         out
+    }
+}
+
+const NO_ID: u32 = u32::MAX;
+const K_OTHER: u8 = 1;
+const K_ACTION: u8 = 2;
+const K_ADDR: u8 = 3;
+const K_DEVICE_FREE: u8 = 4;
+const K_SIZE: u8 = 5;
+const K_STREAM: u8 = 6;
+const K_TIME_US: u8 = 7;
+const K_FRAMES: u8 = 8;
+/// Codes from `A_BASE` on are action names: `ACTIONS[code - A_BASE]`.
+const A_BASE: u8 = 16;
+const ACTIONS: [Action; 10] = [
+    Action::Alloc,
+    Action::FreeRequested,
+    Action::FreeCompleted,
+    Action::SegmentAlloc,
+    Action::SegmentFree,
+    Action::SegmentMap,
+    Action::SegmentUnmap,
+    Action::Snapshot,
+    Action::Oom,
+    Action::UserDefined,
+];
+
+/// A string's role in a trace entry: one of the keys it reads, an action name, or other.
+fn classify(s: &str) -> u8 {
+    match s {
+        "action" => K_ACTION,
+        "addr" => K_ADDR,
+        "device_free" => K_DEVICE_FREE,
+        "size" => K_SIZE,
+        "stream" => K_STREAM,
+        "time_us" => K_TIME_US,
+        "frames" => K_FRAMES,
+        _ => match Action::parse(s) {
+            Action::Other => K_OTHER,
+            a => A_BASE + ACTIONS.iter().position(|&x| x == a).unwrap_or(0) as u8,
+        },
     }
 }
 
