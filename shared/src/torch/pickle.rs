@@ -123,6 +123,17 @@ impl Val<'_> {
     }
 }
 
+/// A container's items: `chunks[chunk][start..start + len]`, owning `start..start + cap`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Span {
+    chunk: u32,
+    start: u32,
+    len: u32,
+    cap: u32,
+}
+
+const ARENA_CHUNK: usize = 1 << 14;
+
 /// A decoded pickle: an arena of values and the root value.
 #[derive(Clone, Debug, Default)]
 pub struct Pickle {
@@ -132,7 +143,12 @@ pub struct Pickle {
     floats: Vec<f64>,
     strs: Vec<Arc<str>>,
     bytes: Vec<Box<[u8]>>,
-    containers: Vec<Vec<Handle>>,
+    /// Where each container's items lie in `items`.
+    containers: Vec<Span>,
+    /// Every container's items, in chunks of [`ARENA_CHUNK`] handles (no allocation per
+    /// list or dict, and no reallocation of one huge arena); a container too big for a
+    /// chunk gets one of its own.
+    chunks: Vec<Vec<Handle>>,
     /// The protocol named by the `PROTO` opcode (0 when absent).
     pub protocol: u8,
 }
@@ -155,11 +171,11 @@ impl Pickle {
             T_FLOAT => Val::Float(self.floats[i]),
             T_STR => Val::Str(&self.strs[i]),
             T_BYTES => Val::Bytes(&self.bytes[i]),
-            T_LIST => Val::List(&self.containers[i]),
-            T_TUPLE => Val::Tuple(&self.containers[i]),
-            T_DICT => Val::Dict(&self.containers[i]),
-            T_SET => Val::Set(&self.containers[i]),
-            T_FROZENSET => Val::FrozenSet(&self.containers[i]),
+            T_LIST => Val::List(self.items_of(i)),
+            T_TUPLE => Val::Tuple(self.items_of(i)),
+            T_DICT => Val::Dict(self.items_of(i)),
+            T_SET => Val::Set(self.items_of(i)),
+            T_FROZENSET => Val::FrozenSet(self.items_of(i)),
             _ => Val::None,
         }
     }
@@ -260,7 +276,89 @@ impl Pickle {
     /// The items of dict `h` as a flat `[k0, v0, k1, v1, …]` slice (`None` for non-dicts).
     #[inline]
     pub fn dict_items(&self, h: Handle) -> Option<&[Handle]> {
-        (h.tag() == T_DICT).then(|| self.containers[h.index()].as_slice())
+        (h.tag() == T_DICT).then(|| self.items_of(h.index()))
+    }
+
+    #[inline]
+    fn items_of(&self, i: usize) -> &[Handle] {
+        let s = self.containers[i];
+        &self.chunks[s.chunk as usize][s.start as usize..s.start as usize + s.len as usize]
+    }
+
+    /// Room for `cap` items: `(chunk, start)`, at the end of the last chunk when it fits.
+    fn place(&mut self, cap: usize) -> Result<(u32, u32), ()> {
+        let fits = self
+            .chunks
+            .last()
+            .is_some_and(|c| c.capacity() - c.len() >= cap);
+        if !fits {
+            let size = if cap >= ARENA_CHUNK / 4 {
+                cap
+            } else {
+                ARENA_CHUNK
+            };
+            self.chunks.push(Vec::with_capacity(size));
+        }
+        let chunk = self.chunks.len() - 1;
+        let c = &mut self.chunks[chunk];
+        let start = c.len();
+        c.resize(start + cap, Handle::NONE);
+        Ok((
+            u32::try_from(chunk).map_err(|_| ())?,
+            u32::try_from(start).map_err(|_| ())?,
+        ))
+    }
+
+    /// A new container holding `src`.
+    fn new_container(&mut self, src: &[Handle]) -> Result<Span, ()> {
+        let n = u32::try_from(src.len()).map_err(|_| ())?;
+        let (chunk, start) = self.place(src.len())?;
+        self.chunks[chunk as usize][start as usize..].copy_from_slice(src);
+        Ok(Span {
+            chunk,
+            start,
+            len: n,
+            cap: n,
+        })
+    }
+
+    /// Appends `src` to container `i`: in place when it has room or ends its chunk,
+    /// otherwise moved to fresh room (a first fill gets exactly its size; later growth
+    /// doubles, so repeated APPENDS cost amortised O(1) per item).
+    fn extend(&mut self, i: usize, src: &[Handle]) -> Result<(), ()> {
+        if src.is_empty() {
+            return Ok(());
+        }
+        let mut s = self.containers[i];
+        let n = src.len();
+        let len = s.len as usize;
+        let start = s.start as usize;
+        let new_len = u32::try_from(len + n).map_err(|_| ())?;
+        let c = &mut self.chunks[s.chunk as usize];
+        if start + s.cap as usize == c.len()
+            && len == s.cap as usize
+            && (start == 0 || c.len() + n <= c.capacity())
+        {
+            // Full and at the end of its chunk: grow the chunk.
+            c.extend_from_slice(src);
+            s.cap = new_len;
+        } else if len + n <= s.cap as usize {
+            c[start + len..start + len + n].copy_from_slice(src);
+        } else {
+            let cap = if len == 0 { n } else { 2 * (len + n) };
+            let old: Vec<Handle> = c[start..start + len].to_vec();
+            let (chunk, new_start) = self.place(cap)?;
+            let c = &mut self.chunks[chunk as usize];
+            let ns = new_start as usize;
+            c[ns..ns + len].copy_from_slice(&old);
+            c[ns + len..ns + len + n].copy_from_slice(src);
+            s.chunk = chunk;
+            s.start = new_start;
+            s.cap = u32::try_from(cap).map_err(|_| ())?;
+        }
+        s.len = new_len;
+        self.containers[i] = s;
+        Ok(())
     }
 
     /// `h` as an integer, with a fast path for the small ints stored in the handle.
@@ -390,11 +488,7 @@ pub fn read_pickle_with<R: BufRead>(r: R, limits: Limits) -> Result<Pickle, Pick
         op_at: 0,
     };
     vm.run()?;
-    let mut out = vm.out;
-    for c in &mut out.containers {
-        c.shrink_to_fit();
-    }
-    Ok(out)
+    Ok(vm.out)
 }
 
 /// The input, read in 64 KiB chunks into a buffer of our own so the hot opcode paths
@@ -724,10 +818,22 @@ impl<R: Read> Vm<R> {
         }
     }
 
-    fn container(&mut self, tag: u32, items: Vec<Handle>) -> Result<Handle, PickleError> {
+    /// A new container holding `stack[from..]` (which is then popped).
+    fn container(&mut self, tag: u32, from: usize) -> Result<Handle, PickleError> {
         let i = self.index(self.out.containers.len())?;
-        self.out.containers.push(items);
+        let span = self.out.new_container(&self.stack[from..]);
+        self.stack.truncate(from);
+        let span =
+            span.map_err(|_| self.malformed("more container items than this reader supports"))?;
+        self.out.containers.push(span);
         Ok(Handle::new(tag, i))
+    }
+
+    /// Appends `stack[from..]` to container `target` (then pops them).
+    fn extend_from_stack(&mut self, target: Handle, from: usize) -> Result<(), PickleError> {
+        let r = self.out.extend(target.index(), &self.stack[from..]);
+        self.stack.truncate(from);
+        r.map_err(|_| self.malformed("more container items than this reader supports"))
     }
 
     fn read_string(&mut self, n: u64, what: &'static str) -> Result<(), PickleError> {
@@ -786,8 +892,9 @@ impl<R: Read> Vm<R> {
     ) -> Result<(), PickleError> {
         match target.tag() {
             T_LIST | T_SET => {
-                self.out.containers[target.index()].extend(items);
-                Ok(())
+                let from = self.stack.len();
+                self.stack.extend(items);
+                self.extend_from_stack(target, from)
             }
             _ => Err(self.malformed(format!(
                 "{op} onto a {} (only lists and sets can grow)",
@@ -980,19 +1087,19 @@ impl<R: Read> Vm<R> {
                     self.push(h);
                 }
                 b']' => {
-                    let h = self.container(T_LIST, Vec::new())?;
+                    let h = self.container(T_LIST, self.stack.len())?;
                     self.push(h);
                 }
                 b'}' => {
-                    let h = self.container(T_DICT, Vec::new())?;
+                    let h = self.container(T_DICT, self.stack.len())?;
                     self.push(h);
                 }
                 b')' => {
-                    let h = self.container(T_TUPLE, Vec::new())?;
+                    let h = self.container(T_TUPLE, self.stack.len())?;
                     self.push(h);
                 }
                 0x8f => {
-                    let h = self.container(T_SET, Vec::new())?;
+                    let h = self.container(T_SET, self.stack.len())?;
                     self.push(h);
                 }
                 b'l' | b't' | b'd' | 0x91 => {
@@ -1006,9 +1113,7 @@ impl<R: Read> Vm<R> {
                     if tag == T_DICT && !(self.stack.len() - m).is_multiple_of(2) {
                         return Err(self.malformed("DICT with an odd number of items"));
                     }
-                    let items = self.stack[m..].to_vec();
-                    self.stack.truncate(m);
-                    let h = self.container(tag, items)?;
+                    let h = self.container(tag, m)?;
                     self.push(h);
                 }
                 0x85..=0x87 => {
@@ -1018,9 +1123,7 @@ impl<R: Read> Vm<R> {
                     {
                         return Err(self.malformed(format!("TUPLE{n} needs {n} values")));
                     }
-                    let items = self.stack[self.stack.len() - n..].to_vec();
-                    self.stack.truncate(self.stack.len() - n);
-                    let h = self.container(T_TUPLE, items)?;
+                    let h = self.container(T_TUPLE, self.stack.len() - n)?;
                     self.push(h);
                 }
                 b'a' => {
@@ -1167,8 +1270,9 @@ impl<R: Read> Vm<R> {
                 self.out.view(target).type_name()
             )));
         }
-        self.out.containers[target.index()].extend(items);
-        Ok(())
+        let from = self.stack.len();
+        self.stack.extend(items);
+        self.extend_from_stack(target, from)
     }
 
     /// SETITEMS: moves `stack[m..]` onto dict `target` without an intermediate vector.
@@ -1179,19 +1283,13 @@ impl<R: Read> Vm<R> {
                 self.out.view(target).type_name()
             )));
         }
-        self.out.containers[target.index()].extend_from_slice(&self.stack[m..]);
-        self.stack.truncate(m);
-        Ok(())
+        self.extend_from_stack(target, m)
     }
 
     /// APPENDS/ADDITEMS: moves `stack[m..]` onto list/set `target`.
     fn append_from_stack(&mut self, target: Handle, m: usize, op: &str) -> Result<(), PickleError> {
         match target.tag() {
-            T_LIST | T_SET => {
-                self.out.containers[target.index()].extend_from_slice(&self.stack[m..]);
-                self.stack.truncate(m);
-                Ok(())
-            }
+            T_LIST | T_SET => self.extend_from_stack(target, m),
             _ => Err(self.malformed(format!(
                 "{op} onto a {} (only lists and sets can grow)",
                 self.out.view(target).type_name()

@@ -91,7 +91,7 @@ pub fn reconstruct_start(
     let mut r = Reconstruction::default();
     // Blocks whose size undoing had to infer, until an `alloc` earlier in the trace shows
     // they were allocated inside it (address → took the whole free run).
-    let mut inferred: std::collections::HashMap<u64, bool> = std::collections::HashMap::new();
+    let mut inferred: super::sim::pools::IntMap<u64, bool> = Default::default();
     for (i, e) in trace.iter().enumerate().rev() {
         let res = match e.action {
             Action::Alloc => {
@@ -238,7 +238,7 @@ fn undo_free_completed(
     segs: &mut BTreeMap<u64, USeg>,
     e: &TraceEvent,
     cfg: &Config,
-    inferred: &mut std::collections::HashMap<u64, bool>,
+    inferred: &mut super::sim::pools::IntMap<u64, bool>,
 ) -> Result<bool, String> {
     let (_, s) = containing(segs, e.addr).ok_or("outside every segment")?;
     let (fa, fb) = block_containing(s, e.addr).ok_or("no block here")?;

@@ -240,6 +240,9 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
     // Recorded segment_alloc / segment_map entries since the last alloc.
     let mut window_allocs: Vec<(u64, u64)> = Vec::new();
     let mut window_maps: Vec<(u64, u64)> = Vec::new();
+    // What the simulator did for the current alloc (reused across entries).
+    let mut sim_allocs: Vec<(u64, u64)> = Vec::new();
+    let mut sim_maps: Vec<(u64, u64)> = Vec::new();
     // Recorded address → simulator address, for blocks the simulator placed elsewhere.
     let mut moved: BTreeMap<u64, u64> = BTreeMap::new();
     let mismatch = |out: &mut DeviceVerify, m: Mismatch| {
@@ -259,30 +262,25 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
             }
             Action::Alloc => {
                 out.alloc_events += 1;
-                src.allocs = window_allocs.iter().map(|&(a, _)| a).collect();
-                src.maps = window_maps.iter().map(|&(a, _)| a).collect();
+                src.allocs.clear();
+                src.allocs.extend(window_allocs.iter().map(|&(a, _)| a));
+                src.maps.clear();
+                src.maps.extend(window_maps.iter().map(|&(a, _)| a));
                 let pool = if pools.is_empty() {
                     (0, 0)
                 } else {
                     pool_lookup(&pools, e.addr)
                 };
                 let got = sim.malloc_in(pool, e.size, e.stream, &mut src);
-                let made: Vec<(Action, u64, u64)> = sim
-                    .take_events()
-                    .into_iter()
-                    .filter(|x| matches!(x.action, Action::SegmentAlloc | Action::SegmentMap))
-                    .map(|x| (x.action, x.addr, x.size))
-                    .collect();
-                let sim_allocs: Vec<(u64, u64)> = made
-                    .iter()
-                    .filter(|x| x.0 == Action::SegmentAlloc)
-                    .map(|x| (x.1, x.2))
-                    .collect();
-                let sim_maps: Vec<(u64, u64)> = made
-                    .iter()
-                    .filter(|x| x.0 == Action::SegmentMap)
-                    .map(|x| (x.1, x.2))
-                    .collect();
+                sim_allocs.clear();
+                sim_maps.clear();
+                for x in sim.take_events() {
+                    match x.action {
+                        Action::SegmentAlloc => sim_allocs.push((x.addr, x.size)),
+                        Action::SegmentMap => sim_maps.push((x.addr, x.size)),
+                        _ => {}
+                    }
+                }
                 for (k, &(ra, rs)) in window_allocs.iter().enumerate() {
                     match sim_allocs.get(k) {
                         Some(&(_, ss)) if ss == rs => out.segment_size_matches += 1,
