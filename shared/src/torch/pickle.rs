@@ -961,8 +961,19 @@ impl<R: Read> Vm<R> {
                     self.push(h);
                 }
                 0x8a => {
-                    let n = self.input.byte("LONG1")? as u64;
-                    self.read_string(n, "LONG1")?;
+                    let n = self.input.byte("LONG1")? as usize;
+                    if n <= 16 {
+                        // The common case (addresses, sizes, times): straight from the buffer.
+                        if let Some(b) = self.input.peek_slice(n) {
+                            let mut a = [0u8; 16];
+                            a[..n].copy_from_slice(b);
+                            self.input.lo += n;
+                            let h = self.long_bytes(&a[..n])?;
+                            self.push(h);
+                            continue;
+                        }
+                    }
+                    self.read_string(n as u64, "LONG1")?;
                     let b = std::mem::take(&mut self.scratch);
                     let h = self.long_bytes(&b);
                     self.scratch = b;
