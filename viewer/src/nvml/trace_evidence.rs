@@ -163,17 +163,71 @@ fn selected(gpus: &[u32], ord: i16) -> bool {
     gpus.is_empty() || u32::try_from(ord).is_ok_and(|o| gpus.contains(&o))
 }
 
+/// A process looks like PyTorch when it set the allocator configuration, or was started
+/// by Python or a PyTorch launcher, or names a `torch…` module or program. Only the last
+/// path component of each argument counts: a program that merely lives under a directory
+/// with "torch" in its name is not PyTorch.
 fn looks_like_pytorch(model: &Model) -> bool {
+    let base = |a: &str| a.rsplit('/').next().unwrap_or(a).to_string();
     model.processes().iter().any(|p| {
         let i = p.info();
         i.alloc_conf.is_some()
-            || i.cmdline.iter().any(|a| a.contains("torch"))
             || i.cmdline.first().is_some_and(|a| {
-                a.rsplit('/')
-                    .next()
-                    .is_some_and(|b| b.starts_with("python"))
+                let b = base(a);
+                b.starts_with("python") || ["accelerate", "deepspeed"].contains(&b.as_str())
             })
+            || i.cmdline.iter().any(|a| base(a).starts_with("torch"))
     })
+}
+
+#[cfg(test)]
+mod pytorch_tests {
+    use super::*;
+    use fragprobe_shared::format::{Api, EventKind, MetaKind, MetaWriter, Record};
+
+    fn model_of(argv: &[&str]) -> Model {
+        let mut buf = [0u8; 512];
+        let mut w = MetaWriter::new(&mut buf, MetaKind::ProcessInfo);
+        w.field(b"pid", b"7")
+            .field(b"cmdline", argv.join("\0").as_bytes());
+        let (len, _) = w.finish();
+        let entry = fragprobe_shared::format::MetaEntry::parse(&buf[..len]).unwrap();
+        let mut m = Model::new();
+        let r = Record {
+            pid: 7,
+            kind: EventKind::ProcessStart as u16,
+            api: Api::Probe as u16,
+            meta: 1,
+            ..Record::default()
+        };
+        m.apply_with_meta(&r, Some(&entry));
+        m
+    }
+
+    #[test]
+    fn pytorch_is_recognised_by_program_and_module_not_by_directory() {
+        assert!(looks_like_pytorch(&model_of(&[
+            "/usr/bin/python3",
+            "train.py"
+        ])));
+        assert!(looks_like_pytorch(&model_of(&[
+            "/opt/bin/torchrun",
+            "--nproc",
+            "8",
+            "t.py"
+        ])));
+        assert!(looks_like_pytorch(&model_of(&[
+            "env",
+            "torch.distributed.run"
+        ])));
+        assert!(!looks_like_pytorch(&model_of(&[
+            "/work/target-torch/debug/frag_oom"
+        ])));
+        assert!(!looks_like_pytorch(&model_of(&[
+            "/home/me/pytorch-tools/bin/bench",
+            "x"
+        ])));
+    }
 }
 
 fn capacity(model: &Model, d: DeviceId) -> Option<u64> {
