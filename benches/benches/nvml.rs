@@ -80,7 +80,7 @@ fn bench(c: &mut Criterion) {
             .insert(addr, LiveClass::Device, 0, 2 << 20, 0, 0, i));
     }
     g.bench_function("probe_info_default_ring", |b| {
-        b.iter(|| black_box(live::probe_info(ring.clone(), Some(16 << 30))))
+        b.iter(|| black_box(live::probe_info(ring.clone(), Some(16 << 30), None)))
     });
     g.finish();
     drop(rf);

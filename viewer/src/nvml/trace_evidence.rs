@@ -180,56 +180,6 @@ fn looks_like_pytorch(model: &Model) -> bool {
     })
 }
 
-#[cfg(test)]
-mod pytorch_tests {
-    use super::*;
-    use fragprobe_shared::format::{Api, EventKind, MetaKind, MetaWriter, Record};
-
-    fn model_of(argv: &[&str]) -> Model {
-        let mut buf = [0u8; 512];
-        let mut w = MetaWriter::new(&mut buf, MetaKind::ProcessInfo);
-        w.field(b"pid", b"7")
-            .field(b"cmdline", argv.join("\0").as_bytes());
-        let (len, _) = w.finish();
-        let entry = fragprobe_shared::format::MetaEntry::parse(&buf[..len]).unwrap();
-        let mut m = Model::new();
-        let r = Record {
-            pid: 7,
-            kind: EventKind::ProcessStart as u16,
-            api: Api::Probe as u16,
-            meta: 1,
-            ..Record::default()
-        };
-        m.apply_with_meta(&r, Some(&entry));
-        m
-    }
-
-    #[test]
-    fn pytorch_is_recognised_by_program_and_module_not_by_directory() {
-        assert!(looks_like_pytorch(&model_of(&[
-            "/usr/bin/python3",
-            "train.py"
-        ])));
-        assert!(looks_like_pytorch(&model_of(&[
-            "/opt/bin/torchrun",
-            "--nproc",
-            "8",
-            "t.py"
-        ])));
-        assert!(looks_like_pytorch(&model_of(&[
-            "env",
-            "torch.distributed.run"
-        ])));
-        assert!(!looks_like_pytorch(&model_of(&[
-            "/work/target-torch/debug/frag_oom"
-        ])));
-        assert!(!looks_like_pytorch(&model_of(&[
-            "/home/me/pytorch-tools/bin/bench",
-            "x"
-        ])));
-    }
-}
-
 fn capacity(model: &Model, d: DeviceId) -> Option<u64> {
     let dev = model.device(d)?;
     dev.info()
@@ -396,4 +346,54 @@ fn step_points(b: impl Iterator<Item = (f64, f64, f64)>) -> Vec<(f64, f64)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod pytorch_tests {
+    use super::*;
+    use fragprobe_shared::format::{Api, EventKind, MetaKind, MetaWriter, Record};
+
+    fn model_of(argv: &[&str]) -> Model {
+        let mut buf = [0u8; 512];
+        let mut w = MetaWriter::new(&mut buf, MetaKind::ProcessInfo);
+        w.field(b"pid", b"7")
+            .field(b"cmdline", argv.join("\0").as_bytes());
+        let (len, _) = w.finish();
+        let entry = fragprobe_shared::format::MetaEntry::parse(&buf[..len]).unwrap();
+        let mut m = Model::new();
+        let r = Record {
+            pid: 7,
+            kind: EventKind::ProcessStart as u16,
+            api: Api::Probe as u16,
+            meta: 1,
+            ..Record::default()
+        };
+        m.apply_with_meta(&r, Some(&entry));
+        m
+    }
+
+    #[test]
+    fn pytorch_is_recognised_by_program_and_module_not_by_directory() {
+        assert!(looks_like_pytorch(&model_of(&[
+            "/usr/bin/python3",
+            "train.py"
+        ])));
+        assert!(looks_like_pytorch(&model_of(&[
+            "/opt/bin/torchrun",
+            "--nproc",
+            "8",
+            "t.py"
+        ])));
+        assert!(looks_like_pytorch(&model_of(&[
+            "env",
+            "torch.distributed.run"
+        ])));
+        assert!(!looks_like_pytorch(&model_of(&[
+            "/work/target-torch/debug/frag_oom"
+        ])));
+        assert!(!looks_like_pytorch(&model_of(&[
+            "/home/me/pytorch-tools/bin/bench",
+            "x"
+        ])));
+    }
 }
