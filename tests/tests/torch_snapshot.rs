@@ -116,6 +116,54 @@ fn snapshots_at_oom_and_exit_are_kept_and_joined_with_the_trace() {
 }
 
 #[test]
+fn record_takes_the_same_flag() {
+    let trace = out_path("torch-record.fpt");
+    let dir = trace.with_extension("py.d");
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("train.py");
+    std::fs::write(&file, "import torch\nt = torch.cuda.alloc(3 << 20)\n").unwrap();
+    let out = fragprobe()
+        .args([
+            "record",
+            "-q",
+            "--simulated-gpu",
+            "1x1GiB",
+            "--torch-snapshot",
+        ])
+        .args(["--torch-max-entries", "50", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(python())
+        .arg(&file)
+        .env("PYTHONPATH", fake_torch())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = report(&trace);
+    let s = &v["torch_snapshots"][0];
+    assert_eq!(s["segments_seen_by_probe"], 1, "{v}");
+    assert_eq!(s["reserved"].as_u64(), Some(4 << 20), "{v}");
+    // A history length PyTorch could not take is refused before anything runs.
+    let bad = fragprobe()
+        .args([
+            "record",
+            "--torch-snapshot",
+            "--torch-max-entries",
+            "0",
+            "-o",
+        ])
+        .arg(out_path("never.fpt"))
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+}
+
+#[test]
 fn programs_that_never_use_cuda_get_no_snapshot() {
     let trace = out_path("torch-nocuda.fpt");
     let out = run_py(
