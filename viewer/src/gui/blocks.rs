@@ -9,8 +9,9 @@
 //! read from the layer's cumulative sums (two binary searches a cell), so a million blocks
 //! cost no more per redraw than a hundred.
 
-use egui::{pos2, vec2, Color32, Mesh, Rect, RichText, Sense, Shape, Stroke, StrokeKind, Ui};
+use egui::{pos2, vec2, Color32, RichText, Sense, Shape, Stroke, Ui};
 
+use super::map::{cells_mesh, outline_cells};
 use crate::pipeline::blocks::{AllocatorLayer, BlockView, Category, DeviceLayer};
 use crate::pipeline::space::human_bytes;
 use fragprobe_shared::torch::BlockState;
@@ -261,7 +262,7 @@ pub fn ui(
         return;
     };
     let painter = ui.painter_at(rect);
-    painter.add(Shape::mesh(band_mesh(
+    painter.add(Shape::mesh(cells_mesh(
         rect,
         cols,
         rows,
@@ -285,7 +286,7 @@ pub fn ui(
     if let Some(b) = state.pinned.and_then(|i| Some((i, dev.blocks.get(i)?))) {
         let a = cell_of(dev.offset_of(b.0));
         let z = cell_of(dev.offset_of(b.0) + b.1.size);
-        outline(&painter, rect, cols, rows, row_h, (a, z), PINNED);
+        outline_cells(&painter, rect, cols, rows, row_h, (a, z), PINNED);
     }
 
     // Interaction.
@@ -361,64 +362,6 @@ pub fn ui(
                 "Hover a block for its sizes and the frames that allocated it; click to pin it.",
             );
         }
-    }
-}
-
-fn band_mesh(rect: Rect, cols: usize, rows: usize, row_h: f32, colours: &[Color32]) -> Mesh {
-    let mut mesh = Mesh::default();
-    for row in 0..rows {
-        let y0 = rect.top() + row as f32 * row_h;
-        let y1 = y0 + row_h - if row_h >= 6.0 { 1.0 } else { 0.0 };
-        let base = row * cols;
-        let mut start = 0;
-        while start < cols {
-            let c = colours[base + start];
-            let mut end = start + 1;
-            while end < cols && colours[base + end] == c {
-                end += 1;
-            }
-            let r = Rect::from_min_max(
-                pos2(rect.left() + start as f32, y0),
-                pos2(rect.left() + end as f32, y1),
-            );
-            mesh.add_colored_rect(r, c);
-            start = end;
-        }
-    }
-    mesh
-}
-
-fn outline(
-    painter: &egui::Painter,
-    rect: Rect,
-    cols: usize,
-    rows: usize,
-    row_h: f32,
-    (a, b): (f64, f64),
-    colour: Color32,
-) {
-    let n = (cols * rows) as f64;
-    let a = a.max(0.0);
-    let b = b.max(a + 2.0).min(n);
-    if a >= n {
-        return;
-    }
-    for row in (a / cols as f64).floor() as usize..rows {
-        let r0 = (row * cols) as f64;
-        if r0 >= b {
-            break;
-        }
-        let x0 = (a.max(r0) - r0) as f32;
-        let x1 = (b.min(r0 + cols as f64) - r0) as f32;
-        if x1 <= x0 {
-            continue;
-        }
-        let y0 = rect.top() + row as f32 * row_h;
-        let r = Rect::from_min_max(
-            pos2(rect.left() + x0, y0),
-            pos2(rect.left() + x1, y0 + row_h - 1.0),
-        );
-        painter.rect_stroke(r, 0.0, Stroke::new(1.5, colour), StrokeKind::Inside);
     }
 }
 

@@ -383,7 +383,15 @@ fn controls(
     });
 }
 
-fn cells_mesh(rect: Rect, cols: usize, rows: usize, row_h: f32, colours: &[Color32]) -> Mesh {
+/// The mesh of a band of `rows` x `cols` one-point cells in `rect` (runs of one colour
+/// merged into one rectangle); the blocks view draws its band with it too.
+pub(super) fn cells_mesh(
+    rect: Rect,
+    cols: usize,
+    rows: usize,
+    row_h: f32,
+    colours: &[Color32],
+) -> Mesh {
     let mut mesh = Mesh::default();
     for row in 0..rows {
         let y0 = rect.top() + row as f32 * row_h;
@@ -416,22 +424,38 @@ fn outline(
     (addr, size): (u64, u64),
     colour: Color32,
 ) {
-    let n = (cols * rows) as f64;
-    let a = cells.pos_of(addr).max(0.0);
-    let b = cells.pos_of(addr.saturating_add(size)).min(n);
-    if b <= 0.0 || a >= n {
+    let a = cells.pos_of(addr);
+    let b = cells.pos_of(addr.saturating_add(size));
+    if b <= 0.0 {
         return;
     }
-    // At least two points wide, so a small block is still findable.
+    outline_cells(painter, rect, cols, rows, row_h, (a, b), colour);
+}
+
+/// Outlines the cells `[a, b)` of a band (cell positions, wrapped over the rows), at
+/// least two cells wide so that a small block is still findable.
+pub(super) fn outline_cells(
+    painter: &egui::Painter,
+    rect: Rect,
+    cols: usize,
+    rows: usize,
+    row_h: f32,
+    (a, b): (f64, f64),
+    colour: Color32,
+) {
+    let n = (cols * rows) as f64;
+    let a = a.max(0.0);
+    if a >= n {
+        return;
+    }
     let b = b.max(a + 2.0).min(n);
     for row in (a / cols as f64).floor() as usize..rows {
         let r0 = (row * cols) as f64;
-        let r1 = r0 + cols as f64;
         if r0 >= b {
             break;
         }
         let x0 = (a.max(r0) - r0) as f32;
-        let x1 = (b.min(r1) - r0) as f32;
+        let x1 = (b.min(r0 + cols as f64) - r0) as f32;
         if x1 <= x0 {
             continue;
         }
