@@ -326,38 +326,17 @@ impl Run {
 
     /// Waits until the source is exhausted (or failed). Returns false on timeout.
     pub fn wait_loaded(&self, timeout: Duration) -> bool {
-        let end = Instant::now() + timeout;
-        while !self.progress.finished() {
-            if Instant::now() >= end {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        true
+        wait_until(timeout, || self.progress.finished())
     }
 
     /// Waits until the time series cover the whole run (see [`Progress::history_ready`]).
     pub fn wait_history(&self, timeout: Duration) -> bool {
-        let end = Instant::now() + timeout;
-        while !self.progress.history_ready() {
-            if Instant::now() >= end {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        true
+        wait_until(timeout, || self.progress.history_ready())
     }
 
     /// Waits until the cursor model is at the wanted index. Returns false on timeout.
     pub fn wait_cursor(&self, timeout: Duration) -> bool {
-        let end = Instant::now() + timeout;
-        while self.rewinding() {
-            if Instant::now() >= end {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        true
+        wait_until(timeout, || !self.rewinding())
     }
 
     fn write_batch(&self, batch: &[(Record, Option<Arc<[u8]>>)], ck: &mut Checkpointing) {
@@ -730,4 +709,16 @@ fn ingest_live(run: &Run, target: &LiveTarget) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Polls `ready` every 2 ms until it holds (true) or `timeout` passes (false).
+fn wait_until(timeout: Duration, ready: impl Fn() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while !ready() {
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    true
 }
