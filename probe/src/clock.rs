@@ -115,22 +115,28 @@ fn anchored(t: u64, mult: u64) -> Option<u64> {
 
 /// Writes a new timestamp anchor; the caller holds the renewal (one writer at a time).
 fn write_anchor(ticks: u64, ns: u64) {
-    let v = TS_VERSION.load(Ordering::Relaxed);
-    TS_VERSION.store(v.wrapping_add(1) | 1, Ordering::Relaxed);
+    let odd = TS_VERSION.load(Ordering::Relaxed).wrapping_add(1) | 1;
+    TS_VERSION.store(odd, Ordering::Relaxed);
     fence(Ordering::Release);
     TS_TICKS.store(ticks, Ordering::Relaxed);
     TS_NS.store(ns, Ordering::Relaxed);
-    TS_VERSION.store((v.wrapping_add(1) | 1).wrapping_add(1), Ordering::Release);
+    TS_VERSION.store(odd.wrapping_add(1), Ordering::Release);
+}
+
+/// Whether this thread takes the work that `next` (a due time in ns, `u64::MAX` while
+/// someone has it) says is due at `seen_ns`: one thread wins; the others carry on.
+#[inline]
+fn claim(next: &AtomicU64, seen_ns: u64) -> bool {
+    let due = next.load(Ordering::Acquire);
+    seen_ns >= due
+        && next
+            .compare_exchange(due, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
 }
 
 #[cold]
 fn renew_anchor(seen_ns: u64) {
-    let due = NEXT_ANCHOR_NS.load(Ordering::Acquire);
-    if seen_ns < due
-        || NEXT_ANCHOR_NS
-            .compare_exchange(due, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-    {
+    if !claim(&NEXT_ANCHOR_NS, seen_ns) {
         return;
     }
     let (ticks, ns) = pair();
@@ -247,12 +253,7 @@ fn pair() -> (u64, u64) {
 #[cold]
 fn calibrate(seen_ns: u64) {
     // One thread calibrates; the others carry on with the current factor.
-    let due = NEXT_CAL_NS.load(Ordering::Acquire);
-    if seen_ns < due
-        || NEXT_CAL_NS
-            .compare_exchange(due, u64::MAX, Ordering::AcqRel, Ordering::Relaxed)
-            .is_err()
-    {
+    if !claim(&NEXT_CAL_NS, seen_ns) {
         return;
     }
     let (ticks, ns) = pair();

@@ -666,21 +666,14 @@ pub unsafe fn cuMemPoolImportPointer(
 
 // ---------------------------------------------------------------- contexts
 
+/// `cuCtxDestroy_v2` and the legacy `cuCtxDestroy` (same signature).
+///
 /// # Safety
 /// C contract of `cuCtxDestroy_v2`.
-pub unsafe fn cuCtxDestroy_v2(real: unsafe extern "C" fn(Ptr) -> c_int, ctx: Ptr) -> c_int {
-    // SAFETY: forwarded unchanged.
-    let r = unsafe { real(ctx) };
-    // Nothing to record; a context address may now be reused for another device.
-    crate::device::context_destroyed();
-    r
-}
-
-/// # Safety
-/// C contract of the legacy `cuCtxDestroy`.
 pub unsafe fn cuCtxDestroy(real: unsafe extern "C" fn(Ptr) -> c_int, ctx: Ptr) -> c_int {
     // SAFETY: forwarded unchanged.
     let r = unsafe { real(ctx) };
+    // Nothing to record; a context address may now be reused for another device.
     crate::device::context_destroyed();
     r
 }

@@ -58,7 +58,7 @@ hook_table! {
     cuMemImportFromShareableHandle(handle: *mut u64, os_handle: Ptr, kind: c_uint) => h::cuMemImportFromShareableHandle;
     cuMemPoolImportPointer(dptr: *mut u64, pool: Ptr, share: Ptr) => h::cuMemPoolImportPointer;
     // --- driver: contexts (only so the probe's per-thread device cache never outlives one) ---
-    cuCtxDestroy_v2(ctx: Ptr) => h::cuCtxDestroy_v2;
+    cuCtxDestroy_v2(ctx: Ptr) => h::cuCtxDestroy;
     cuCtxDestroy(ctx: Ptr) => h::cuCtxDestroy;
     // --- door 3: the driver's own symbol lookup ---
     cuGetProcAddress(symbol: *const c_char, pfn: *mut Ptr, version: c_int, flags: u64) => h::cuGetProcAddress;
