@@ -68,6 +68,22 @@ pub fn fragprobe() -> Command {
     cmd
 }
 
+/// `fragprobe report --json TRACE`, which must succeed.
+pub fn report_json(trace: &Path) -> serde_json::Value {
+    let out = fragprobe()
+        .args(["report", "--json"])
+        .arg(trace)
+        .output()
+        .expect("run fragprobe report");
+    assert!(
+        out.status.success(),
+        "fragprobe report {}: {}",
+        trace.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("report JSON")
+}
+
 /// A fresh path for an output file of this test process.
 pub fn out_path(name: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);

@@ -2,25 +2,9 @@
 //! export/demo, the JSON schema checked field by field against what a scenario printed, and
 //! every kind of bad input with its one-line message and exit code.
 
-use std::path::Path;
-
-use fragprobe_tests::probe::{fragprobe, out_path, record_scenario};
+use fragprobe_tests::probe::{fragprobe, out_path, record_scenario, report_json};
 use fragprobe_tests::sim::build_scenario;
 use serde_json::Value;
-
-fn report_json(trace: &Path) -> Value {
-    let out = fragprobe()
-        .args(["report", "--json"])
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 #[test]
 fn report_json_matches_what_the_scenario_did() {

@@ -10,7 +10,7 @@ use std::process::{Command, Stdio};
 use fragprobe_shared::format::EventKind;
 use fragprobe_shared::live::resync_records;
 use fragprobe_shared::ring::{list_rings, RingFile};
-use fragprobe_tests::probe::{fragprobe, out_path, probe_library, read_trace};
+use fragprobe_tests::probe::{fragprobe, out_path, probe_library, read_trace, report_json};
 use fragprobe_tests::sim::{
     artifact_dir, build_scenario, is_child, sim_env_on, workspace_root, ENV_CHILD,
 };
@@ -146,12 +146,7 @@ fn attach_late_gets_an_exact_map_even_after_drops() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report = fragprobe()
-        .args(["report", "--json"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let v = report_json(&trace);
     // 64 MiB plain + 16 MiB async + 2 MiB VMM handle, never freed.
     assert_eq!(v["leaks"]["bytes"], (64u64 + 16 + 2) << 20, "{v:#}");
     assert_eq!(v["events"]["anomalies"], 0);
@@ -314,12 +309,7 @@ fn a_lossy_recording_stays_exact_through_resyncs() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report = fragprobe()
-        .args(["report", "--json"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    let v = report_json(&trace);
     assert!(
         v["events"]["dropped"].as_u64().unwrap() > 0,
         "the ring overflowed: {v:#}"

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use fragprobe_tests::probe::{fragprobe, out_path};
+use fragprobe_tests::probe::{fragprobe, out_path, report_json};
 use fragprobe_tests::sim::artifact_dir;
 use serde_json::Value;
 
@@ -18,15 +18,14 @@ fn row<'a>(v: &'a Value, figure: &str) -> &'a Vec<Value> {
         .unwrap()
 }
 
-fn process_env(trace: &Path) -> Value {
-    let out = fragprobe()
-        .args(["report", "--json"])
-        .arg(trace)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
-    v["processes"][0].clone()
+/// A run's failed-allocation verdicts.
+fn failures(run: &Value) -> Vec<&str> {
+    run["failures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect()
 }
 
 #[test]
@@ -56,21 +55,11 @@ fn expandable_segments_avoid_the_demo_workloads_fragmentation_oom() {
     assert_eq!(v["comparison"]["labels"][0], "default");
     assert_eq!(v["comparison"]["labels"][1], "expandable_segments:True");
     // The native allocator: the retry after flushing the cache fails for fragmentation.
-    let f0: Vec<&str> = runs[0]["failures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f.as_str().unwrap())
-        .collect();
+    let f0 = failures(&runs[0]);
     assert_eq!(f0, ["capacity", "fragmentation"], "{v}");
     // Expandable segments: cuMemCreate fails once while the cache holds the memory; after
     // unmapping the cache the 1400 MiB request is mapped.
-    let f1: Vec<&str> = runs[1]["failures"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|f| f.as_str().unwrap())
-        .collect();
+    let f1 = failures(&runs[1]);
     assert_eq!(f1, ["capacity"], "{v}");
     assert_eq!(row(&v, "fragmentation OOMs"), &[1.0, 0.0]);
     // Peak device memory: cudaMalloc'd segments vs mapped pages, the same workload.
@@ -94,7 +83,7 @@ fn expandable_segments_avoid_the_demo_workloads_fragmentation_oom() {
     for (i, conf) in [(0, ""), (1, "expandable_segments:True")] {
         let trace = Path::new(runs[i]["trace"].as_str().unwrap());
         assert!(trace.starts_with(&dir), "{}", trace.display());
-        let p = process_env(trace);
+        let p = &report_json(trace)["processes"][0];
         let got = p["alloc_conf"].as_str().unwrap_or("");
         assert_eq!(got, conf, "{p}");
     }

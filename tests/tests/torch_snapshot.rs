@@ -4,10 +4,10 @@
 //! joined with the probe's records; processes that never use CUDA get nothing; a
 //! sitecustomize that was already on the path still runs.
 
+use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Output;
 
-use fragprobe_tests::probe::{fragprobe, out_path};
+use fragprobe_tests::probe::{fragprobe, out_path, report_json};
 use fragprobe_tests::sim::workspace_root;
 use serde_json::Value;
 
@@ -27,40 +27,65 @@ fn python() -> &'static str {
     "python3"
 }
 
-fn run_py(script: &str, trace: &Path, pythonpath: &str) -> Output {
+/// A successful `fragprobe ARGS… --record|-o TRACE -- python3 SCRIPT`.
+struct Ran {
+    trace: PathBuf,
+    stdout: String,
+    stderr: String,
+}
+
+impl Ran {
+    /// The report's `torch_snapshots`.
+    fn snapshots(&self) -> Vec<Value> {
+        report_json(&self.trace)["torch_snapshots"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+/// Runs `script` as `train.py` with `fragprobe ARGS… TRACE -- python3 train.py`, the
+/// stand-in torch (and `extra_path` before it) on `PYTHONPATH`; it must succeed.
+fn run_with(name: &str, args: &[&str], script: &str, extra_path: Option<&Path>) -> Ran {
+    let trace = out_path(name);
     let dir = trace.with_extension("py.d");
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("train.py");
     std::fs::write(&file, script).unwrap();
-    fragprobe()
-        .args([
-            "run",
-            "--simulated-gpu",
-            "1x1GiB",
-            "--torch-snapshot",
-            "--record",
-        ])
-        .arg(trace)
+    let mut path = OsString::new();
+    if let Some(p) = extra_path {
+        path.push(p);
+        path.push(":");
+    }
+    path.push(fake_torch());
+    let out = fragprobe()
+        .args(args)
+        .arg(&trace)
         .arg("--")
         .arg(python())
         .arg(&file)
-        .env("PYTHONPATH", pythonpath)
-        .output()
-        .unwrap()
-}
-
-fn report(trace: &Path) -> Value {
-    let out = fragprobe()
-        .args(["report", "--json"])
-        .arg(trace)
+        .env("PYTHONPATH", path)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let ran = Ran {
+        trace,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    };
+    assert!(out.status.success(), "{}", ran.stderr);
+    ran
+}
+
+const RUN: &[&str] = &[
+    "run",
+    "--simulated-gpu",
+    "1x1GiB",
+    "--torch-snapshot",
+    "--record",
+];
+
+fn run_py(name: &str, script: &str) -> Ran {
+    run_with(name, RUN, script, None)
 }
 
 const TRAIN: &str = r#"
@@ -75,11 +100,9 @@ except torch.OutOfMemoryError:
 
 #[test]
 fn snapshots_at_oom_and_exit_are_kept_and_joined_with_the_trace() {
-    let trace = out_path("torch.fpt");
-    let out = run_py(TRAIN, &trace, fake_torch().to_str().unwrap());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("caught OOM"));
+    let ran = run_py("torch.fpt", TRAIN);
+    let (trace, stderr) = (&ran.trace, &ran.stderr);
+    assert!(ran.stdout.contains("caught OOM"));
     let dir = trace.with_file_name(format!(
         "{}.torch",
         trace.file_name().unwrap().to_string_lossy()
@@ -93,7 +116,7 @@ fn snapshots_at_oom_and_exit_are_kept_and_joined_with_the_trace() {
     assert!(files[0].ends_with("-exit.pickle") && files[1].ends_with("-oom1.pickle"));
     // The summary names them; the report reads them back from the trace.
     assert!(stderr.contains("torch snapshot  pid"), "{stderr}");
-    let v = report(&trace);
+    let v = report_json(trace);
     let snaps = v["torch_snapshots"].as_array().unwrap();
     assert_eq!(snaps.len(), 2, "{v}");
     let pid = v["processes"][0]["pid"].as_u64().unwrap();
@@ -117,36 +140,25 @@ fn snapshots_at_oom_and_exit_are_kept_and_joined_with_the_trace() {
 
 #[test]
 fn record_takes_the_same_flag() {
-    let trace = out_path("torch-record.fpt");
-    let dir = trace.with_extension("py.d");
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("train.py");
-    std::fs::write(&file, "import torch\nt = torch.cuda.alloc(3 << 20)\n").unwrap();
-    let out = fragprobe()
-        .args([
+    let ran = run_with(
+        "torch-record.fpt",
+        &[
             "record",
             "-q",
             "--simulated-gpu",
             "1x1GiB",
             "--torch-snapshot",
-        ])
-        .args(["--torch-max-entries", "50", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(python())
-        .arg(&file)
-        .env("PYTHONPATH", fake_torch())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+            "--torch-max-entries",
+            "50",
+            "-o",
+        ],
+        "import torch\nt = torch.cuda.alloc(3 << 20)\n",
+        None,
     );
-    let v = report(&trace);
-    let s = &v["torch_snapshots"][0];
-    assert_eq!(s["segments_seen_by_probe"], 1, "{v}");
-    assert_eq!(s["reserved"].as_u64(), Some(4 << 20), "{v}");
+    let snaps = ran.snapshots();
+    let s = &snaps[0];
+    assert_eq!(s["segments_seen_by_probe"], 1, "{snaps:?}");
+    assert_eq!(s["reserved"].as_u64(), Some(4 << 20), "{snaps:?}");
     // A history length PyTorch could not take is refused before anything runs.
     let bad = fragprobe()
         .args([
@@ -165,15 +177,12 @@ fn record_takes_the_same_flag() {
 
 #[test]
 fn programs_that_never_use_cuda_get_no_snapshot() {
-    let trace = out_path("torch-nocuda.fpt");
-    let out = run_py(
+    let ran = run_py(
+        "torch-nocuda.fpt",
         "import torch\nimport os\nprint('imported', 'FRAGPROBE_TORCH_SNAPSHOT_DIR' in os.environ)\n",
-        &trace,
-        fake_torch().to_str().unwrap(),
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("imported True"));
+    let (trace, stderr) = (&ran.trace, &ran.stderr);
+    assert!(ran.stdout.contains("imported True"));
     assert!(!stderr.contains("torch snapshot"), "{stderr}");
     // The hook never initialised CUDA: no ring, no snapshot directory.
     assert!(stderr.contains("no process of"), "{stderr}");
@@ -183,94 +192,71 @@ fn programs_that_never_use_cuda_get_no_snapshot() {
 
 #[test]
 fn a_sitecustomize_already_on_the_path_still_runs() {
-    let trace = out_path("torch-chain.fpt");
-    let own = trace.with_extension("site");
+    let own = out_path("torch-chain.site");
     std::fs::create_dir_all(&own).unwrap();
     std::fs::write(
         own.join("sitecustomize.py"),
         "import builtins, sys\nbuiltins.USER_SITE_RAN = True\nsys.path.append('/fragprobe-test-added')\n",
     )
     .unwrap();
-    let path = format!("{}:{}", own.display(), fake_torch().display());
-    let out = run_py(
+    let ran = run_with(
+        "torch-chain.fpt",
+        RUN,
         "import builtins, sys, torch\nprint('user site', getattr(builtins, 'USER_SITE_RAN', False))\nprint('path kept', '/fragprobe-test-added' in sys.path)\nt = torch.cuda.alloc(1 << 20)\n",
-        &trace,
-        &path,
+        Some(&own),
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("user site True"),
-        "{stderr}"
-    );
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("path kept True"),
-        "{stderr}"
-    );
-    let v = report(&trace);
-    assert_eq!(v["torch_snapshots"].as_array().unwrap().len(), 1, "{v}");
+    assert!(ran.stdout.contains("user site True"), "{}", ran.stderr);
+    assert!(ran.stdout.contains("path kept True"), "{}", ran.stderr);
+    assert_eq!(ran.snapshots().len(), 1);
 }
 
 #[test]
 fn a_find_spec_probe_before_the_import_does_not_lose_the_hook() {
     // transformers, accelerate and lightning ask importlib whether torch exists first.
-    let trace = out_path("torch-probe.fpt");
-    let out = run_py(
+    let ran = run_py(
+        "torch-probe.fpt",
         "import importlib.util\nassert importlib.util.find_spec('torch') is not None\nimport torch\nt = torch.cuda.alloc(1 << 20)\nprint('args', torch.cuda._history_args)\n",
-        &trace,
-        fake_torch().to_str().unwrap(),
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
     // The hook's own settings: Python stacks only, fragprobe's history length.
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = &ran.stdout;
     assert!(
         stdout.contains("'stacks': 'python'") && stdout.contains("'max_entries': 100000"),
         "{stdout}"
     );
-    let v = report(&trace);
-    assert_eq!(v["torch_snapshots"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(ran.snapshots().len(), 1);
 }
 
 #[test]
 fn a_program_that_records_its_own_history_keeps_its_settings() {
-    let trace = out_path("torch-own.fpt");
-    let out = run_py(
+    let ran = run_py(
+        "torch-own.fpt",
         "import torch\ntorch.cuda.memory._record_memory_history(max_entries=7, stacks='all')\nt = torch.cuda.alloc(1 << 20)\nprint('args', torch.cuda._history_args)\n",
-        &trace,
-        fake_torch().to_str().unwrap(),
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = &ran.stdout;
     assert!(
         stdout.contains("'stacks': 'all'") && stdout.contains("'max_entries': 7"),
         "{stdout}"
     );
     // Still dumped at exit, with the program's history.
-    let v = report(&trace);
-    assert_eq!(v["torch_snapshots"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(ran.snapshots().len(), 1);
 }
 
 #[test]
 fn a_forked_child_does_not_dump_its_parents_state() {
-    let trace = out_path("torch-fork.fpt");
-    let out = run_py(
+    let ran = run_py(
+        "torch-fork.fpt",
         "import os, sys, torch\nt = torch.cuda.alloc(1 << 20)\npid = os.fork()\nif pid == 0:\n    sys.exit(0)\nos.waitpid(pid, 0)\nprint('child', pid)\n",
-        &trace,
-        fake_torch().to_str().unwrap(),
     );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let v = report(&trace);
-    let snaps = v["torch_snapshots"].as_array().unwrap();
-    assert_eq!(snaps.len(), 1, "{v}");
-    let child: u64 = String::from_utf8_lossy(&out.stdout)
+    let snaps = ran.snapshots();
+    let v = &snaps;
+    assert_eq!(snaps.len(), 1, "{v:?}");
+    let child: u64 = ran
+        .stdout
         .split_whitespace()
         .nth(1)
         .unwrap()
         .parse()
         .unwrap();
-    assert_ne!(snaps[0]["pid"].as_u64(), Some(child), "{v}");
-    assert_eq!(snaps[0]["segments_seen_by_probe"], 1, "{v}");
+    assert_ne!(snaps[0]["pid"].as_u64(), Some(child), "{v:?}");
+    assert_eq!(snaps[0]["segments_seen_by_probe"], 1, "{v:?}");
 }

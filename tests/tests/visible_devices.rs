@@ -3,8 +3,7 @@
 //! a trace names the physical GPU a rank really used.
 
 use fragprobe_simgpu::ident::uuid_string;
-use fragprobe_tests::probe::{fragprobe, record_scenario};
-use serde_json::Value;
+use fragprobe_tests::probe::{record_scenario, report_json};
 
 #[test]
 fn a_rank_that_sees_gpu_1_as_ordinal_0_is_recorded_on_gpu_1() {
@@ -19,13 +18,7 @@ fn a_rank_that_sees_gpu_1_as_ordinal_0_is_recorded_on_gpu_1() {
         "{}",
         String::from_utf8_lossy(&rec.output.stderr)
     );
-    let out = fragprobe()
-        .args(["report", "--json"])
-        .arg(&rec.trace)
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = report_json(&rec.trace);
     let devices = v["devices"].as_array().unwrap();
     assert_eq!(devices.len(), 1, "{v}");
     // The program allocated on its ordinal 0, which is the second GPU of the machine.
