@@ -18,19 +18,9 @@ pub struct Args {
     /// Print no summary at the end.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Python programs that import torch: keep PyTorch's own memory snapshots (at exit and
-    /// OOM) next to the trace and join them with it, as `run --torch-snapshot` does.
-    #[arg(long)]
-    pub torch_snapshot: bool,
-    /// History entries PyTorch keeps for `--torch-snapshot` (its `max_entries`).
-    #[arg(
-        long,
-        value_name = "N",
-        default_value_t = 100_000,
-        requires = "torch_snapshot",
-        value_parser = clap::value_parser!(u64).range(1..=1_000_000_000)
-    )]
-    pub torch_max_entries: u64,
+    /// `--torch-snapshot`, as for `run`.
+    #[command(flatten)]
+    pub torch: super::run::TorchArgs,
     /// The command to record, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -45,7 +35,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .simulated_gpu
             .as_ref()
             .map(|s| (!s.is_empty()).then(|| s.clone())),
-        torch_snapshot: args.torch_snapshot.then_some(args.torch_max_entries),
+        torch_snapshot: args.torch.max_entries(),
         no_probe: false,
         env: Vec::new(),
     };

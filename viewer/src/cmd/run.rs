@@ -21,7 +21,7 @@ pub struct Args {
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
     /// Do not write a trace file at all.
-    #[arg(long, conflicts_with = "record")]
+    #[arg(long, conflicts_with_all = ["record", "torch_snapshot"])]
     pub no_record: bool,
     /// Open the live viewer while the command runs.
     #[arg(long)]
@@ -30,7 +30,7 @@ pub struct Args {
     #[arg(long, value_name = "SPEC", num_args = 0..=1, default_missing_value = "")]
     pub simulated_gpu: Option<String>,
     /// Do not preload the probe (baseline for overhead measurements).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "torch_snapshot")]
     pub no_probe: bool,
     /// Print no summary at the end.
     #[arg(long, short)]
@@ -38,10 +38,20 @@ pub struct Args {
     /// Print the end-of-run report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub torch: TorchArgs,
+    /// The command to run, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+/// `--torch-snapshot` and its history length, shared by `run` and `record`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct TorchArgs {
     /// Python programs that import torch: record PyTorch's allocator history and dump a
     /// memory snapshot at exit and on OOM (kept next to the trace in TRACE.torch/ and
     /// joined with it), without changing the program.
-    #[arg(long, conflicts_with_all = ["no_record", "no_probe"])]
+    #[arg(long)]
     pub torch_snapshot: bool,
     /// History entries PyTorch keeps for `--torch-snapshot` (its `max_entries`).
     #[arg(
@@ -52,9 +62,13 @@ pub struct Args {
         value_parser = clap::value_parser!(u64).range(1..=1_000_000_000)
     )]
     pub torch_max_entries: u64,
-    /// The command to run, after `--`.
-    #[arg(last = true, required = true, value_name = "CMD")]
-    pub command: Vec<OsString>,
+}
+
+impl TorchArgs {
+    /// `Some(max_entries)` when `--torch-snapshot` was given.
+    pub fn max_entries(&self) -> Option<u64> {
+        self.torch_snapshot.then_some(self.torch_max_entries)
+    }
 }
 
 impl Args {
@@ -78,7 +92,7 @@ impl Args {
                 .map(|s| (!s.is_empty()).then(|| s.clone())),
             no_probe: self.no_probe,
             env: Vec::new(),
-            torch_snapshot: self.torch_snapshot.then_some(self.torch_max_entries),
+            torch_snapshot: self.torch.max_entries(),
         }
     }
 }
