@@ -115,10 +115,7 @@ fn slug(conf: &str) -> String {
 }
 
 fn default_dir() -> PathBuf {
-    let name = crate::record::default_trace_name(&["sweep".into()]);
-    let name = name.to_string_lossy();
-    // fragprobe-sweep-<stamp>.fpt → fragprobe-sweep-<stamp>
-    PathBuf::from(name.trim_end_matches(".fpt"))
+    PathBuf::from(format!("fragprobe-sweep-{}", crate::record::utc_stamp()))
 }
 
 /// The trace of run `i` with `conf` in `dir`.

@@ -146,7 +146,8 @@ pub fn default_trace_name(command: &[OsString]) -> PathBuf {
     ))
 }
 
-fn utc_stamp() -> String {
+/// The current UTC time as `YYYYMMDD-HHMMSS`, for default file names.
+pub fn utc_stamp() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
