@@ -167,16 +167,8 @@ impl Arena {
             }
         }
         // The previous entry: index `i` of `pc`'s leaf, usually `c`'s own (no cursor copy).
-        let far;
-        let prev = if c.pos() > 0 {
-            Some((&c, c.pos() - 1))
-        } else if let Some(p) = self.regions.before(&c) {
-            far = p;
-            Some((&far, far.pos()))
-        } else {
-            None
-        };
-        let g = match prev {
+        let mut far = None;
+        let g = match self.regions.prev(&c, &mut far) {
             Some((pc, i)) => {
                 let Some((ps, pr, pg)) = self.regions.at_pos(pc, i) else {
                     return Err(r);
@@ -231,16 +223,8 @@ impl Arena {
         // a + size + gap ≤ end, so this cannot overflow.
         let merged = r.size + g;
         self.count(g, 0);
-        let far;
-        let prev = if c.pos() > 0 {
-            Some((&c, c.pos() - 1))
-        } else if let Some(p) = self.regions.before(&c) {
-            far = p;
-            Some((&far, far.pos()))
-        } else {
-            None
-        };
-        match prev {
+        let mut far = None;
+        match self.regions.prev(&c, &mut far) {
             Some((pc, i)) => {
                 if let Some((_, _, pg)) = self.regions.at_pos(pc, i) {
                     self.count(pg, pg + merged);

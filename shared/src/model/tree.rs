@@ -182,14 +182,6 @@ pub(crate) struct Cursor {
     pos: usize,
 }
 
-impl Cursor {
-    /// The index in its leaf.
-    #[inline]
-    pub(crate) fn pos(&self) -> usize {
-        self.pos
-    }
-}
-
 /// The ordered map. See the module documentation.
 #[derive(Clone, Debug)]
 pub(crate) struct RegionTree {
@@ -304,8 +296,8 @@ impl RegionTree {
         let mut node = self.root;
         for lvl in 0..self.height.min(MAXD) {
             let inn = &self.inners[node as usize];
-            // The child is the number of separators (from index 1) ≤ `a`: a binary search
-            // (std's is branch-free) over the sorted keys.
+            // The child is the number of separators (from index 1) ≤ `a`: a linear scan
+            // over the sorted keys (at most IB of them).
             let mut i = 1;
             while i < inn.n && inn.keys[i] <= a {
                 i += 1;
@@ -335,6 +327,21 @@ impl RegionTree {
     pub(crate) fn at_pos(&self, c: &Cursor, pos: usize) -> Option<(u64, &Region, u64)> {
         let l = self.leaves.get(c.leaf as usize)?;
         (pos < l.n).then(|| (l.keys[pos], l.val(pos), l.gaps[pos]))
+    }
+
+    /// The entry before `c`, as a cursor and an index in its leaf: `c` itself when that
+    /// entry is in `c`'s leaf (no cursor copy), else the previous leaf's, kept in `far`.
+    #[inline]
+    pub(crate) fn prev<'c>(
+        &self,
+        c: &'c Cursor,
+        far: &'c mut Option<Cursor>,
+    ) -> Option<(&'c Cursor, usize)> {
+        if c.pos > 0 {
+            return Some((c, c.pos - 1));
+        }
+        let p: &'c Cursor = far.insert(self.before(c)?);
+        Some((p, p.pos))
     }
 
     /// The entry before `c`.
