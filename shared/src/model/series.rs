@@ -435,11 +435,10 @@ impl SeriesSet {
     fn put(&mut self, m: Metric, t: u64, v: u64) -> bool {
         let i = m as usize;
         let bit = 1u16 << i;
-        if self.raw[i] == v && self.has & bit != 0 {
+        let (old, had) = (self.raw[i], self.has & bit != 0);
+        if had && old == v {
             return false;
         }
-        let old = self.raw[i];
-        let had = self.has & bit != 0;
         self.raw[i] = v;
         self.has |= bit;
         // Only `record` pushes this metric, so the series' last value is `old` (or there is
