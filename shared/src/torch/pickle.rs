@@ -123,6 +123,12 @@ impl Val<'_> {
     }
 }
 
+/// The value of a small int handle (sign-extended from the handle's payload).
+#[inline]
+fn small_int(h: Handle) -> i128 {
+    (((h.0 << (32 - TAG_SHIFT)) as i32) >> (32 - TAG_SHIFT)) as i128
+}
+
 /// A container's items: `chunks[chunk][start..start + len]`, owning `start..start + cap`.
 #[derive(Clone, Copy, Debug, Default)]
 struct Span {
@@ -165,7 +171,7 @@ impl Pickle {
         match h.tag() {
             T_FALSE => Val::Bool(false),
             T_TRUE => Val::Bool(true),
-            T_SMALL => Val::Int((((h.0 << (32 - TAG_SHIFT)) as i32) >> (32 - TAG_SHIFT)) as i128),
+            T_SMALL => Val::Int(small_int(h)),
             T_INT => Val::Int(self.ints[i]),
             T_BIG => Val::BigInt(&self.bigs[i]),
             T_FLOAT => Val::Float(self.floats[i]),
@@ -228,7 +234,12 @@ impl Pickle {
     }
 
     /// `h` as an integer (`bool` counts, as in Python).
+    #[inline]
     pub fn int(&self, h: Handle) -> Option<i128> {
+        // Fast path: a small int is stored in the handle itself.
+        if h.tag() == T_SMALL {
+            return Some(small_int(h));
+        }
         match self.view(h) {
             Val::Int(v) => Some(v),
             Val::Bool(b) => Some(b as i128),
@@ -359,16 +370,6 @@ impl Pickle {
         s.len = new_len;
         self.containers[i] = s;
         Ok(())
-    }
-
-    /// `h` as an integer, with a fast path for the small ints stored in the handle.
-    #[inline]
-    pub fn int_fast(&self, h: Handle) -> Option<i128> {
-        if h.tag() == T_SMALL {
-            Some((((h.0 << (32 - TAG_SHIFT)) as i32) >> (32 - TAG_SHIFT)) as i128)
-        } else {
-            self.int(h)
-        }
     }
 
     /// Number of distinct interned strings.

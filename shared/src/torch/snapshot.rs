@@ -465,9 +465,17 @@ impl Decoder<'_> {
             .map_or(0, |v| v as u64)
     }
 
-    fn frame(&mut self, h: Handle) -> FrameId {
+    /// `h`'s container id, and the frame or stack already made from it (see `ids`).
+    #[inline]
+    fn made_from(&self, h: Handle) -> (Option<usize>, Option<u32>) {
         let cid = self.p.container_id(h).map(|c| c as usize);
-        if let Some(&id) = cid.and_then(|c| self.ids.get(c)).filter(|&&id| id != NO_ID) {
+        let id = cid.and_then(|c| self.ids.get(c).copied());
+        (cid, id.filter(|&id| id != NO_ID))
+    }
+
+    fn frame(&mut self, h: Handle) -> FrameId {
+        let (cid, made) = self.made_from(h);
+        if let Some(id) = made {
             return id;
         }
         let p = self.p;
@@ -490,8 +498,8 @@ impl Decoder<'_> {
 
     fn stack_of(&mut self, frames: Option<Handle>) -> StackId {
         let Some(fl) = frames else { return EMPTY_STACK };
-        let cid = self.p.container_id(fl).map(|c| c as usize);
-        if let Some(&id) = cid.and_then(|c| self.ids.get(c)).filter(|&&id| id != NO_ID) {
+        let (cid, made) = self.made_from(fl);
+        if let Some(id) = made {
             return id;
         }
         let Some(items) = self.p.seq(fl) else {
@@ -667,10 +675,7 @@ impl Decoder<'_> {
         } else {
             Action::Other
         };
-        let u = |v: Option<Handle>| {
-            v.and_then(|v| p.int_fast(v))
-                .and_then(|v| u64::try_from(v).ok())
-        };
+        let u = |v: Option<Handle>| v.and_then(|v| p.int(v)).and_then(|v| u64::try_from(v).ok());
         let addr = match action {
             Action::Oom => u(dfree).or_else(|| u(addr)).unwrap_or(0),
             Action::Snapshot | Action::UserDefined | Action::Other => u(addr).unwrap_or(0),
@@ -680,8 +685,8 @@ impl Decoder<'_> {
             },
         };
         let size = u(size).unwrap_or(0);
-        let time_us = time.and_then(|v| p.int_fast(v)).map(|v| v as i64);
-        let stream = stream.and_then(|v| p.int_fast(v)).map_or(0, |v| v as u64);
+        let time_us = time.and_then(|v| p.int(v)).map(|v| v as i64);
+        let stream = stream.and_then(|v| p.int(v)).map_or(0, |v| v as u64);
         let stack = self.stack_of(frames);
         Ok(TraceEvent {
             action,
