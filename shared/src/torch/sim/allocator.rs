@@ -315,14 +315,7 @@ impl Allocator {
     ) -> Result<u64, Oom> {
         if orig > MAX_REQUEST {
             // No device has exabytes; also keeps the rounding arithmetic in range.
-            self.stats.ooms += 1;
-            self.event(Action::Oom, 0, orig, stream);
-            return Err(Oom {
-                requested: orig,
-                rounded: orig,
-                reserved: self.stats.reserved,
-                allocated: self.stats.allocated,
-            });
+            return Err(self.oom(orig, orig, stream));
         }
         let size = round_size(orig, &self.cfg.roundup_power2_divisions);
         let pool = self.pool_slot(pool) + (size <= SMALL_SIZE) as usize;
@@ -342,17 +335,22 @@ impl Allocator {
             }
         }
         let Some(block) = found else {
-            self.stats.ooms += 1;
-            self.event(Action::Oom, 0, size, stream);
-            return Err(Oom {
-                requested: orig,
-                rounded: size,
-                reserved: self.stats.reserved,
-                allocated: self.stats.allocated,
-            });
+            return Err(self.oom(orig, size, stream));
         };
         let split = self.should_split(block, size);
         Ok(self.alloc_found_block(block, size, orig, stream, split))
+    }
+
+    /// Counts and records a failed `malloc` of `requested` bytes (`rounded` after rounding).
+    fn oom(&mut self, requested: u64, rounded: u64, stream: u64) -> Oom {
+        self.stats.ooms += 1;
+        self.event(Action::Oom, 0, rounded, stream);
+        Oom {
+            requested,
+            rounded,
+            reserved: self.stats.reserved,
+            allocated: self.stats.allocated,
+        }
     }
 
     pub(super) fn should_split(&self, id: u32, size: u64) -> bool {
