@@ -243,21 +243,6 @@ fn hovering_a_block_shows_its_frames_and_clicking_pins_it() {
     run.stop();
 }
 
-fn read_png(p: &Path) -> (u32, u32, Vec<u8>) {
-    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(p).unwrap()));
-    let mut r = dec.read_info().unwrap();
-    let mut buf = vec![0; r.output_buffer_size().unwrap()];
-    let info = r.next_frame(&mut buf).unwrap();
-    buf.truncate(info.buffer_size());
-    (info.width, info.height, buf)
-}
-
-fn count(rgba: &[u8], c: egui::Color32) -> usize {
-    rgba.chunks_exact(4)
-        .filter(|p| p[0] == c.r() && p[1] == c.g() && p[2] == c.b())
-        .count()
-}
-
 #[test]
 fn screenshot_of_the_blocks_tab_shows_the_block_states() {
     let dir = temp_dir("blocks-shot");

@@ -3,6 +3,8 @@
 //! `FRAGPROBE_DOCS_SCREENSHOT=$PWD/docs/screenshot-map.png cargo test -p fragprobe-viewer
 //! --test gui_docs` (from the repository root) rewrites the committed one.
 
+mod gui_support;
+
 use fragprobe_shared::format::{Api, EventKind, MetaKind, MetaWriter, Record};
 use fragprobe_shared::trace::TraceWriter;
 
@@ -188,16 +190,9 @@ fn the_readme_picture_renders_the_fragmented_arena() {
         ..Default::default()
     };
     fragprobe_viewer::cmd::view::run(&args).unwrap();
-    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&out).unwrap()));
-    let mut r = dec.read_info().unwrap();
-    let mut buf = vec![0; r.output_buffer_size().unwrap()];
-    let info = r.next_frame(&mut buf).unwrap();
-    assert_eq!((info.width, info.height), (1600, 1000));
-    let count = |c: egui::Color32| {
-        buf.chunks_exact(4)
-            .filter(|p| p[0] == c.r() && p[1] == c.g() && p[2] == c.b())
-            .count()
-    };
+    let (w, h, rgba) = gui_support::read_png(&out);
+    assert_eq!((w, h), (1600, 1000));
+    let count = |c: egui::Color32| gui_support::count(&rgba, c);
     use fragprobe_viewer::gui::{cells, map, timeline};
     use fragprobe_viewer::pipeline::space::RegionKind;
     // At the peak the arena is mostly allocated, with free holes between.

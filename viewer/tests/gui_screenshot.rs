@@ -3,29 +3,11 @@
 
 mod gui_support;
 
-use std::path::Path;
-
 use fragprobe_viewer::cmd::view::{self, Args};
 use fragprobe_viewer::gui::cells::kind_colour;
 use fragprobe_viewer::gui::map::LARGEST_HOLE;
 use fragprobe_viewer::pipeline::space::RegionKind;
 use gui_support::*;
-
-fn read_png(p: &Path) -> (u32, u32, Vec<u8>) {
-    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(p).unwrap()));
-    let mut r = dec.read_info().unwrap();
-    let mut buf = vec![0; r.output_buffer_size().unwrap()];
-    let info = r.next_frame(&mut buf).unwrap();
-    assert_eq!(info.color_type, png::ColorType::Rgba);
-    buf.truncate(info.buffer_size());
-    (info.width, info.height, buf)
-}
-
-fn count(rgba: &[u8], c: egui::Color32) -> usize {
-    rgba.chunks_exact(4)
-        .filter(|p| p[0] == c.r() && p[1] == c.g() && p[2] == c.b())
-        .count()
-}
 
 #[test]
 fn screenshot_of_the_map_has_the_size_asked_and_the_maps_colours() {

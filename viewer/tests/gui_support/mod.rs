@@ -195,3 +195,21 @@ pub fn loaded_run(s: &Synth, dir: &Path, name: &str, id: usize) -> Arc<Run> {
     assert_eq!(run.progress.error(), None);
     run
 }
+
+/// Decodes an RGBA PNG (as `--screenshot` writes): width, height and pixels.
+pub fn read_png(p: &Path) -> (u32, u32, Vec<u8>) {
+    let dec = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(p).unwrap()));
+    let mut r = dec.read_info().unwrap();
+    let mut buf = vec![0; r.output_buffer_size().unwrap()];
+    let info = r.next_frame(&mut buf).unwrap();
+    assert_eq!(info.color_type, png::ColorType::Rgba);
+    buf.truncate(info.buffer_size());
+    (info.width, info.height, buf)
+}
+
+/// Pixels of colour `c` (alpha ignored) in RGBA pixels.
+pub fn count(rgba: &[u8], c: egui::Color32) -> usize {
+    rgba.chunks_exact(4)
+        .filter(|p| p[0] == c.r() && p[1] == c.g() && p[2] == c.b())
+        .count()
+}
