@@ -358,12 +358,7 @@ impl Run {
         for part in recs.chunks(BATCH) {
             let mut h = self.head.write().unwrap_or_else(|p| p.into_inner());
             for r in part {
-                let e = if r.meta != 0 {
-                    trace.meta(r.pid, r.meta)
-                } else {
-                    None
-                };
-                h.apply(r, e.as_ref());
+                h.apply(r, trace.meta_of(r).as_ref());
             }
             let applied = h.applied;
             drop(h);
@@ -520,12 +515,7 @@ fn fast_open(run: &Run, trace: &Trace, ck: &mut Checkpointing) -> bool {
     let mut done = 0u64;
     for chunk in trace.record_chunks() {
         for r in chunk {
-            let e = if r.meta != 0 {
-                trace.meta(r.pid, r.meta)
-            } else {
-                None
-            };
-            full.apply(r, e.as_ref());
+            full.apply(r, trace.meta_of(r).as_ref());
         }
         done += chunk.len() as u64;
         run.progress.set_history_done(done);
