@@ -10,8 +10,6 @@
 //! category inside any packed range cost two binary searches: a band of N cells is coloured
 //! in O(N log blocks), however many blocks there are.
 
-use std::path::Path;
-
 use fragprobe_shared::torch::figures::{figures, Figures, PeakFigures};
 use fragprobe_shared::torch::sim::Version;
 use fragprobe_shared::torch::stacks::{StackId, Stacks};
@@ -333,13 +331,6 @@ impl AllocatorLayer {
         }
     }
 
-    /// Loads `path` and builds its layer with peaks. The error names the file.
-    pub fn load(path: &Path) -> Result<AllocatorLayer, String> {
-        let snap = fragprobe_shared::torch::load_snapshot(path)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        Ok(AllocatorLayer::from_snapshot(&snap, true))
-    }
-
     /// The layer of device `ordinal`.
     pub fn device(&self, ordinal: i32) -> Option<&DeviceLayer> {
         self.devices.iter().find(|d| d.device == ordinal)
@@ -361,6 +352,8 @@ impl AllocatorLayer {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
     use fragprobe_shared::torch::Block;
 
