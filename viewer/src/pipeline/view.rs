@@ -205,7 +205,6 @@ pub struct NvmlFigures {
     pub device_total: u64,
 }
 
-/// The figures of one space of `m` (head or cursor model).
 /// What figures and timelines are about: one space, or (merged) the whole device it is on.
 struct Scoped<'a> {
     totals: &'a Totals,
@@ -450,9 +449,11 @@ pub fn compare_run(head: &Head, name: &str, loading: bool, buckets: usize) -> co
     run.stats.anomalies = c.anomalies;
     run.stats.events = c.events;
     run.stats.duration_s = (t1 - t0) as f64 / 1e9;
+    let busiest = space_keys(m).first().copied();
     if let Some(l) = &head.allocator {
-        let busiest = space_keys(m).first().map(|k| i32::from(k.device));
-        let d = busiest.and_then(|o| l.device(o)).or(l.devices.first());
+        let d = busiest
+            .and_then(|k| l.device(i32::from(k.device)))
+            .or(l.devices.first());
         run.allocator = d
             .map(|d| {
                 crate::gui::allocator::rows(d)
@@ -462,7 +463,7 @@ pub fn compare_run(head: &Head, name: &str, loading: bool, buckets: usize) -> co
             })
             .unwrap_or_default();
     }
-    let Some(key) = space_keys(m).first().copied() else {
+    let Some(key) = busiest else {
         return run;
     };
     let Some(id) = m.space_id(key.pid, key.device) else {
