@@ -598,14 +598,7 @@ impl Viewer {
         };
         // NVML numbers GPUs in PCI order over the whole machine; CUDA ordinals follow
         // CUDA_VISIBLE_DEVICES. The uuid the probe recorded names the same GPU in both.
-        let uuid = {
-            let h = run.head();
-            h.model
-                .space_id(space.pid, space.device)
-                .and_then(|i| h.model.space(i))
-                .and_then(|sp| h.model.device(sp.device()))
-                .and_then(|d| d.info().uuid.clone())
-        };
+        let uuid = view::device_uuid(&run.head().model, space);
         let found = s.with(|st| {
             let snap = st.last.as_ref()?;
             let dev = snap.device_for(uuid.as_deref(), space.device)?;
@@ -827,12 +820,7 @@ impl Viewer {
     ) {
         let Some(s) = &self.nvml else { return };
         let t0 = head.t_first;
-        let uuid = head
-            .model
-            .space_id(space.pid, space.device)
-            .and_then(|i| head.model.space(i))
-            .and_then(|sp| head.model.device(sp.device()))
-            .and_then(|d| d.info().uuid.clone());
+        let uuid = view::device_uuid(&head.model, space);
         s.with(|st| {
             // The NVML index of this CUDA device (by uuid: ordinals may be remapped).
             let index = st

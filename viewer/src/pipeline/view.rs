@@ -179,6 +179,16 @@ pub fn visit(m: &Model, space: SpaceKey, lo: u64, hi: u64, f: &mut dyn FnMut(&Re
     }
 }
 
+/// The uuid recorded for the GPU that `space` is on (NVML numbers GPUs in PCI order over
+/// the whole machine, CUDA ordinals follow CUDA_VISIBLE_DEVICES; the uuid names the same
+/// GPU in both).
+pub fn device_uuid(m: &Model, space: SpaceKey) -> Option<String> {
+    let sp = m
+        .space_id(space.pid, space.device)
+        .and_then(|id| m.space(id))?;
+    m.device(sp.device())?.info().uuid.clone()
+}
+
 /// The thread of the record `(pid, seq)` recorded at `ts_ns`.
 fn tid_of(log: &dyn EventLog, pid: u32, seq: u64, ts_ns: u64) -> Option<u32> {
     let first = log.partition_by_time(ts_ns.saturating_sub(1));
