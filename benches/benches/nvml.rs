@@ -8,36 +8,20 @@
 //! 1 000 live objects) ≤ 10 ms, so `watch` stays light with a few probed processes.
 
 use std::hint::black_box;
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use fragprobe_shared::live::LiveClass;
 use fragprobe_shared::ring::{RingConfig, RingFile};
-use fragprobe_tests::sim::{nvml_library, sim_command, state_of, ENV_GPU, ENV_STATE};
+use fragprobe_tests::sim::{nvml_library, sim_command, spawn_held, state_of, ENV_GPU, ENV_STATE};
 use fragprobe_viewer::nvml::logfile;
 use fragprobe_viewer::nvml::screen::{self, Style};
 use fragprobe_viewer::nvml::{live, Monitor, NvmlArgs};
 
 fn bench(c: &mut Criterion) {
     // A workload in another process holding memory on a simulated 16 GiB device.
-    let mut cmd = sim_command("leak", Some("1x16GiB"));
+    let cmd = sim_command("leak", Some("1x16GiB"));
     let state = state_of(&cmd).expect("state file");
-    let mut held = cmd
-        .arg("--hold")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start leak --hold");
-    let mut out = BufReader::new(held.stdout.take().expect("stdout"));
-    let mut line = String::new();
-    while !line.starts_with("FPSCN-HOLD") {
-        line.clear();
-        assert!(
-            out.read_line(&mut line).expect("read") > 0,
-            "leak ended early"
-        );
-    }
+    let (mut held, _) = spawn_held(cmd);
     // Set before NVML reads its settings; the bench is single-threaded here.
     std::env::set_var(ENV_STATE, &state);
     std::env::set_var(ENV_GPU, "1x16GiB");

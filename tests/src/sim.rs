@@ -2,8 +2,9 @@
 //! programs of `cuda/scenarios`, and prepares their environment.
 
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
@@ -236,6 +237,32 @@ pub struct ScenarioLine {
     pub size: u64,
     pub aux: u64,
     pub res: i32,
+}
+
+/// Starts a scenario with `--hold` (stdin and stdout piped) and waits until it prints
+/// `FPSCN-HOLD`; returns the child, still holding its memory until its stdin closes, and
+/// what it printed before.
+pub fn spawn_held(mut cmd: Command) -> (Child, String) {
+    let mut child = cmd
+        .arg("--hold")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the scenario with --hold");
+    let mut reader = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut text = String::new();
+    loop {
+        let mut l = String::new();
+        assert!(
+            reader.read_line(&mut l).expect("read") > 0,
+            "the scenario ended before holding: {text}"
+        );
+        if l.starts_with("FPSCN-HOLD") {
+            break;
+        }
+        text.push_str(&l);
+    }
+    (child, text)
 }
 
 /// Parses the `FPSCN ...` lines of scenario output (other lines are skipped).

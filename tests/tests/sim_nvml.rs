@@ -2,10 +2,8 @@
 //! on the simulated device: per-process used memory = allocations + context overhead.
 
 use fragprobe_tests::sim::{
-    nvml_library, parse_lines, rerun_test, sim_command, state_of, ENV_STATE,
+    nvml_library, parse_lines, rerun_test, sim_command, spawn_held, state_of, ENV_STATE,
 };
-use std::io::{BufRead, BufReader};
-use std::process::Stdio;
 
 const CHECK: &str = "nvml_child_checks";
 const MIB: u64 = 1 << 20;
@@ -29,28 +27,10 @@ fn check_from_child(state: &std::path::Path, pid: u32, used: u64) {
 
 #[test]
 fn nvml_sees_another_process_allocations_and_their_release() {
-    let mut cmd = sim_command("leak", Some("1x4GiB"));
+    let cmd = sim_command("leak", Some("1x4GiB"));
     let state = state_of(&cmd).expect("state file");
-    let mut child = cmd
-        .arg("--hold")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start leak --hold");
-    let mut lines = Vec::new();
-    let mut reader = BufReader::new(child.stdout.take().expect("stdout"));
-    loop {
-        let mut l = String::new();
-        assert!(
-            reader.read_line(&mut l).expect("read") > 0,
-            "scenario ended early: {lines:?}"
-        );
-        if l.starts_with("FPSCN-HOLD") {
-            break;
-        }
-        lines.push(l);
-    }
-    let calls = parse_lines(&lines.concat());
+    let (mut child, lines) = spawn_held(cmd);
+    let calls = parse_lines(&lines);
     assert!(calls.iter().all(|c| c.res == 0), "{calls:?}");
     // cuMemAlloc_v2 64 MiB, cuMemAllocAsync 16 MiB (one 16 MiB pool chunk), cuMemCreate 2 MiB
     let allocated: u64 = calls

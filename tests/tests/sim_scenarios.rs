@@ -2,12 +2,11 @@
 //! threads, fork/exec/exit, fault injection, and sharing a device between processes.
 
 use fragprobe_tests::sim::{
-    parse_lines, sim_command, state_of, ScenarioLine, ENV_CONTEXT_OVERHEAD, ENV_FAIL_ABOVE,
-    ENV_FAIL_NTH, ENV_GPU, ENV_STATE,
+    parse_lines, sim_command, spawn_held, state_of, ScenarioLine, ENV_CONTEXT_OVERHEAD,
+    ENV_FAIL_ABOVE, ENV_FAIL_NTH, ENV_GPU, ENV_STATE,
 };
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 const MIB: u64 = 1 << 20;
 const OVERHEAD: u64 = 300 * MIB;
@@ -143,27 +142,9 @@ fn exec_returns_the_old_image_memory() {
 
 /// Starts `leak --hold`, waits until it holds its memory, returns the child and its lines.
 fn hold(spec: &str) -> (std::process::Child, Vec<ScenarioLine>, std::path::PathBuf) {
-    let mut cmd = sim_command("leak", Some(spec));
+    let cmd = sim_command("leak", Some(spec));
     let state = state_of(&cmd).unwrap();
-    let mut child = cmd
-        .arg("--hold")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start leak --hold");
-    let mut reader = BufReader::new(child.stdout.take().unwrap());
-    let mut text = String::new();
-    loop {
-        let mut l = String::new();
-        assert!(
-            reader.read_line(&mut l).unwrap() > 0,
-            "leak ended early: {text}"
-        );
-        if l.starts_with("FPSCN-HOLD") {
-            break;
-        }
-        text.push_str(&l);
-    }
+    let (child, text) = spawn_held(cmd);
     (child, parse_lines(&text), state)
 }
 

@@ -3,14 +3,14 @@
 //! crossing, `doctor` finds leftover processes, a rising baseline and the causes of the
 //! out-of-memory errors in a recorded trace.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use fragprobe_tests::probe::{out_path, probe_library, record_scenario};
 use fragprobe_tests::sim::{
-    build_scenario, fresh_state_path, nvml_library, parse_lines, sim_env_on, ENV_GPU, ENV_STATE,
+    build_scenario, fresh_state_path, nvml_library, parse_lines, sim_env_on, spawn_held, ENV_GPU,
+    ENV_STATE,
 };
 use fragprobe_viewer::nvml::logfile::{self, LogRow};
 
@@ -45,25 +45,7 @@ impl Held {
             cmd.env("LD_PRELOAD", probe_library())
                 .env("FRAGPROBE_RING_DIR", d);
         }
-        let mut child = cmd
-            .arg("--hold")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start leak --hold");
-        let mut reader = BufReader::new(child.stdout.take().expect("stdout"));
-        let mut lines = String::new();
-        loop {
-            let mut l = String::new();
-            assert!(
-                reader.read_line(&mut l).expect("read") > 0,
-                "leak ended early: {lines}"
-            );
-            if l.starts_with("FPSCN-HOLD") {
-                break;
-            }
-            lines.push_str(&l);
-        }
+        let (child, lines) = spawn_held(cmd);
         let calls = parse_lines(&lines);
         assert!(calls.iter().all(|c| c.res == 0), "{calls:?}");
         let allocated: u64 = calls
