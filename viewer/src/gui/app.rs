@@ -651,24 +651,17 @@ impl Viewer {
             _ => &head.model,
         };
         ui.heading("Figures");
-        let when = match at {
-            Some(t) => format!(
-                "{space} · at {:.3} s",
-                t.saturating_sub(head.t_first) as f64 / 1e9
-            ),
-            None => format!("{space} · latest"),
-        };
-        let when = if self.options.merge_processes {
-            format!(
-                "GPU {} (every process) · {}",
-                space.device,
-                when.split(" · ").last().unwrap_or("")
-            )
-        } else {
-            when
-        };
-        ui.label(when);
         let merged = self.options.merge_processes;
+        let what = if merged {
+            format!("GPU {} (every process)", space.device)
+        } else {
+            space.to_string()
+        };
+        let when = match at {
+            Some(t) => format!("at {:.3} s", t.saturating_sub(head.t_first) as f64 / 1e9),
+            None => "latest".to_string(),
+        };
+        ui.label(format!("{what} · {when}"));
         let f = view::figures(model, &head, space, merged, nv, base);
         let layer = head.allocator.clone();
         drop(cur);
