@@ -28,15 +28,7 @@ use fragprobe_viewer::pipeline::space::RegionSource as _;
 use fragprobe_viewer::pipeline::view::{self, ModelRegions};
 use fragprobe_viewer::pipeline::{Run, Source};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+use fragprobe_tests::rng::Rng;
 
 const BASE: u64 = 0x7f00_0000_0000;
 const DEVICE: u64 = 80 << 30;

@@ -10,15 +10,7 @@ use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_shared::model::Model;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+use fragprobe_tests::rng::Rng;
 
 const BASE: u64 = 0x7f00_0000_0000;
 const TOTAL: u64 = 80 << 30;

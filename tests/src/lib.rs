@@ -1,4 +1,5 @@
 //! Helpers for the end-to-end tests.
 
 pub mod probe;
+pub mod rng;
 pub mod sim;
