@@ -10,28 +10,13 @@ use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_shared::trace::Trace;
 
 use crate::sim::{
-    artifact_dir, build_scenario, ensure_sim_built, fresh_state_path, parse_lines, workspace_root,
-    ScenarioLine, ENV_STATE,
+    artifact_dir, build_scenario, ensure_sim_built, fresh_state_path, parse_lines, ScenarioLine,
+    ENV_STATE,
 };
 
 fn cargo_build(packages: &[&str]) {
     ensure_sim_built();
-    let art = artifact_dir();
-    let target_dir = art.parent().expect("target directory").to_path_buf();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.arg("build")
-        .arg("--manifest-path")
-        .arg(workspace_root().join("Cargo.toml"));
-    for p in packages {
-        cmd.args(["-p", p]);
-    }
-    cmd.arg("--target-dir").arg(&target_dir);
-    if art.file_name().is_some_and(|n| n == "release") {
-        cmd.arg("--release");
-    }
-    let status = cmd.status().expect("run cargo build");
-    assert!(status.success(), "building {packages:?} failed");
+    crate::sim::cargo_build(packages);
 }
 
 /// Builds `libfragprobe.so` and the `fragprobe` binary (once per test process), with the

@@ -32,38 +32,43 @@ pub fn artifact_dir() -> PathBuf {
     }
 }
 
+/// Builds `packages` with the same cargo, target directory and profile as the running
+/// tests.
+pub fn cargo_build(packages: &[&str]) {
+    let art = artifact_dir();
+    let target_dir = art.parent().expect("target directory").to_path_buf();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.arg("build")
+        .arg("--manifest-path")
+        .arg(workspace_root().join("Cargo.toml"));
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    cmd.arg("--target-dir").arg(&target_dir);
+    match art.file_name().and_then(|n| n.to_str()) {
+        Some("debug") | None => {}
+        Some("release") => {
+            cmd.arg("--release");
+        }
+        Some(other) => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    let status = cmd.status().expect("run cargo build");
+    assert!(status.success(), "building {packages:?} failed");
+}
+
 /// Builds the three stand-in libraries (once per test process) with the same cargo, target
 /// directory and profile as the running tests.
 pub fn ensure_sim_built() {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
-        let art = artifact_dir();
-        let target_dir = art.parent().expect("target directory").to_path_buf();
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.arg("build")
-            .arg("--manifest-path")
-            .arg(workspace_root().join("Cargo.toml"))
-            .args(["-p", "fragprobe-simgpu-driver"])
-            .args(["-p", "fragprobe-simgpu-runtime"])
-            .args(["-p", "fragprobe-simgpu-nvml"])
-            .arg("--target-dir")
-            .arg(&target_dir);
-        match art.file_name().and_then(|n| n.to_str()) {
-            Some("debug") => {}
-            Some("release") => {
-                cmd.arg("--release");
-            }
-            Some(other) => {
-                cmd.args(["--profile", other]);
-            }
-            None => {}
-        }
-        let status = cmd.status().expect("run cargo build for the simulated GPU");
-        assert!(
-            status.success(),
-            "building the simulated GPU libraries failed"
-        );
+        cargo_build(&[
+            "fragprobe-simgpu-driver",
+            "fragprobe-simgpu-runtime",
+            "fragprobe-simgpu-nvml",
+        ])
     });
 }
 
