@@ -101,8 +101,7 @@ pub struct Viewer {
     open_dialog: Option<OpenDialog>,
     live_baselines: HashMap<u32, u64>,
     spaces_cache: Option<SpacesCache>,
-    spaces_worker: Option<lod::Worker<(usize, bool, u64), Vec<SpaceInfo>>>,
-    spaces_pending: Option<(usize, bool, u64)>,
+    spaces_background: lod::Background<(usize, bool, u64), Vec<SpaceInfo>>,
     map_gen: Throttle,
     spaces_gen: Throttle,
 }
@@ -129,8 +128,7 @@ impl Viewer {
             open_dialog: None,
             live_baselines: HashMap::new(),
             spaces_cache: None,
-            spaces_worker: None,
-            spaces_pending: None,
+            spaces_background: lod::Background::default(),
             map_gen: Throttle::default(),
             spaces_gen: Throttle::default(),
         }
@@ -719,19 +717,12 @@ impl Viewer {
         let stale = self.spaces_cache.as_ref().is_none_or(|c| c.key != key);
         if stale && self.background {
             // Off the UI thread: finding the largest free block walks every gap.
-            if self.spaces_worker.is_none() {
-                self.spaces_worker = lod::Worker::start("fragprobe-spaces", ui.ctx().clone()).ok();
-            }
-            if let Some(w) = &self.spaces_worker {
-                if self.spaces_pending != Some(key) {
+            if self.spaces_background.start("fragprobe-spaces", ui.ctx()) {
+                let done = self.spaces_background.request(&key, || {
                     let r = run.clone();
-                    w.post(
-                        key,
-                        Box::new(move || with_model(&r, which, view::spaces).unwrap_or_default()),
-                    );
-                    self.spaces_pending = Some(key);
-                }
-                if let Some((k, spaces)) = w.take() {
+                    Box::new(move || with_model(&r, which, view::spaces).unwrap_or_default())
+                });
+                if let Some((k, spaces)) = done {
                     self.spaces_cache = Some(SpacesCache { key: k, spaces });
                 }
             }

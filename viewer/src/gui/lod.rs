@@ -135,6 +135,43 @@ impl<K: Send + 'static, T: Send + 'static> Drop for Worker<K, T> {
     }
 }
 
+/// A [`Worker`] started on first use, with the key posted to it last: what the map and
+/// the space list keep to build off the UI thread.
+pub struct Background<K: Send + 'static, T: Send + 'static> {
+    worker: Option<Worker<K, T>>,
+    pending: Option<K>,
+}
+
+impl<K: Send + 'static, T: Send + 'static> Default for Background<K, T> {
+    fn default() -> Self {
+        Background {
+            worker: None,
+            pending: None,
+        }
+    }
+}
+
+impl<K: Clone + PartialEq + Send + 'static, T: Send + 'static> Background<K, T> {
+    /// Whether the thread runs, starting it (named `name`) if it does not yet.
+    pub fn start(&mut self, name: &str, ctx: &egui::Context) -> bool {
+        if self.worker.is_none() {
+            self.worker = Worker::start(name, ctx.clone()).ok();
+        }
+        self.worker.is_some()
+    }
+
+    /// Posts the work `make` makes for `key` unless `key` was posted last, and returns the
+    /// latest finished result, if a new one arrived (nothing before [`Background::start`]).
+    pub fn request(&mut self, key: &K, make: impl FnOnce() -> Work<T>) -> Option<(K, T)> {
+        let w = self.worker.as_ref()?;
+        if self.pending.as_ref() != Some(key) {
+            w.post(key.clone(), make());
+            self.pending = Some(key.clone());
+        }
+        w.take()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,5 +216,23 @@ mod tests {
             Some((2, 1.0)),
             "the last request is built (cell 4 is covered)"
         );
+    }
+
+    #[test]
+    fn background_posts_a_key_once_and_hands_back_its_result() {
+        let mut bg: Background<u32, u32> = Background::default();
+        assert!(bg.request(&1, || Box::new(|| 10)).is_none(), "not started");
+        assert!(bg.start("test-bg", &egui::Context::default()));
+        let mut got = None;
+        for _ in 0..500 {
+            // Asked every frame: only the first call posts.
+            got = got.or(bg.request(&1, || Box::new(|| 10)));
+            if got.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
+        assert_eq!(got, Some((1, 10)));
+        assert!(bg.request(&1, || panic!("posted twice")).is_none());
     }
 }

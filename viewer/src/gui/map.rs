@@ -70,8 +70,7 @@ pub struct State {
     /// Regions aggregated for the last drawing (for the status line and tests).
     pub regions_drawn: u64,
     cache: Option<Cache>,
-    worker: Option<lod::Worker<CacheKey, Cache>>,
-    pending: Option<CacheKey>,
+    background: lod::Background<CacheKey, Cache>,
 }
 
 /// What the map reads this frame.
@@ -190,22 +189,21 @@ pub fn ui(ui: &mut Ui, opts: &mut Options, state: &mut State, input: &Input<'_>,
             colour: opts.colour,
             age_range: input.age_range,
         };
-        if input.background.is_some() && state.worker.is_none() {
-            state.worker = lod::Worker::start("fragprobe-map", ui.ctx().clone()).ok();
-        }
-        match (&state.worker, input.background) {
-            (Some(w), Some(make)) => {
-                if state.pending.as_ref() != Some(&key) {
+        let make = input
+            .background
+            .filter(|_| state.background.start("fragprobe-map", ui.ctx()));
+        match make {
+            Some(make) => {
+                let k = key.clone();
+                let built = state.background.request(&key, || {
                     let job = make(space.key, lo, hi);
-                    let k = key.clone();
-                    w.post(key.clone(), Box::new(move || lod::build(k, &req, job)));
-                    state.pending = Some(key.clone());
-                }
-                if let Some((_, b)) = w.take() {
+                    Box::new(move || lod::build(k, &req, job))
+                });
+                if let Some((_, b)) = built {
                     state.cache = Some(b);
                 }
             }
-            _ => {
+            None => {
                 let src = input.source;
                 let sk = space.key;
                 let job = move |f: &mut dyn FnMut(&RegionView)| src.visit(sk, lo, hi, f);
