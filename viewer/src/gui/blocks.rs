@@ -469,38 +469,18 @@ pub fn block_ui(ui: &mut Ui, layer: &AllocatorLayer, d: &DeviceLayer, b: &BlockV
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fragprobe_shared::torch::{Block, PoolKind, Segment};
+    use crate::pipeline::blocks::seg;
 
     #[test]
     fn cells_mix_categories_by_bytes_and_pure_cells_keep_their_colour() {
         const MIB: u64 = 1 << 20;
-        let blocks = vec![
-            Block {
-                address: 0x1000_0000,
-                size: 4 * MIB,
-                requested_size: 4 * MIB,
-                state: BlockState::ActiveAllocated,
-                stack: 0,
-            },
-            Block {
-                address: 0x1000_0000 + 4 * MIB,
-                size: 4 * MIB,
-                requested_size: 0,
-                state: BlockState::Inactive,
-                stack: 0,
-            },
-        ];
-        let s = Segment {
-            device: 0,
-            address: 0x1000_0000,
-            total_size: 8 * MIB,
-            stream: 0,
-            pool: PoolKind::Large,
-            pool_id: (0, 0),
-            is_expandable: false,
-            stack: 0,
-            blocks,
-        };
+        let s = seg(
+            0x1000_0000,
+            &[
+                (4 * MIB, BlockState::ActiveAllocated, 4 * MIB),
+                (4 * MIB, BlockState::Inactive, 0),
+            ],
+        );
         let d = DeviceLayer::new(0, &[s]);
         let (c, ticks) = build(&d, 0, 8 * MIB, 4);
         assert_eq!(c[0], colour(Category::Requested));

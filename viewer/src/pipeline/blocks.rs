@@ -350,6 +350,37 @@ impl AllocatorLayer {
     }
 }
 
+/// A device-0 segment at `addr` of blocks `(size, state, requested)` laid end to end.
+#[cfg(test)]
+pub(crate) fn seg(addr: u64, blocks: &[(u64, BlockState, u64)]) -> Segment {
+    let mut at = addr;
+    let blocks = blocks
+        .iter()
+        .map(|&(size, state, req)| {
+            let b = fragprobe_shared::torch::Block {
+                address: at,
+                size,
+                requested_size: req,
+                state,
+                stack: 0,
+            };
+            at += size;
+            b
+        })
+        .collect();
+    Segment {
+        device: 0,
+        address: addr,
+        total_size: at - addr,
+        stream: 0,
+        pool: PoolKind::Large,
+        pool_id: (0, 0),
+        is_expandable: false,
+        stack: 0,
+        blocks,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::Path;
@@ -363,35 +394,6 @@ mod tests {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../tests/fixtures/pytorch-snapshots")
             .join(name)
-    }
-
-    fn seg(addr: u64, blocks: &[(u64, BlockState, u64)]) -> Segment {
-        let mut at = addr;
-        let blocks = blocks
-            .iter()
-            .map(|&(size, state, req)| {
-                let b = Block {
-                    address: at,
-                    size,
-                    requested_size: req,
-                    state,
-                    stack: 0,
-                };
-                at += size;
-                b
-            })
-            .collect();
-        Segment {
-            device: 0,
-            address: addr,
-            total_size: at - addr,
-            stream: 0,
-            pool: PoolKind::Large,
-            pool_id: (0, 0),
-            is_expandable: false,
-            stack: 0,
-            blocks,
-        }
     }
 
     #[test]
