@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use egui::{Event, Modifiers, PointerButton, Pos2};
-use egui_kittest::kittest::{NodeT as _, Queryable as _};
+use egui_kittest::kittest::Queryable as _;
 use egui_kittest::Harness;
 use fragprobe_shared::torch::{load_snapshot, BlockState};
 use fragprobe_viewer::cmd::view::{self, Args};
@@ -108,19 +108,8 @@ fn a_probe_trace_has_no_allocator_layer_and_the_blocks_tab_says_so() {
     assert!(h.query_by_label("allocator blocks").is_none());
 }
 
-fn harness(viewer: Viewer) -> Harness<'static, Viewer> {
-    Harness::builder()
-        .with_size([1400.0, 900.0])
-        .build_ui_state(|ui, v: &mut Viewer| v.ui(ui), viewer)
-}
-
 fn label(n: &egui_kittest::kittest::AccessKitNode<'_>) -> Option<String> {
     n.label().or_else(|| n.value())
-}
-
-fn text_of(n: &egui_kittest::Node<'_>) -> Option<String> {
-    let a = n.accesskit_node();
-    a.label().or_else(|| a.value())
 }
 
 fn shown(h: &Harness<'_, Viewer>, text: &str) -> bool {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use egui::{Event, Key, Modifiers, PointerButton, Pos2};
-use egui_kittest::kittest::{NodeT as _, Queryable as _};
+use egui_kittest::kittest::Queryable as _;
 use egui_kittest::Harness;
 use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_shared::model::Model;
@@ -21,12 +21,6 @@ use gui_support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn harness(viewer: Viewer) -> Harness<'static, Viewer> {
-    Harness::builder()
-        .with_size([1400.0, 900.0])
-        .build_ui_state(|ui, v: &mut Viewer| v.ui(ui), viewer)
-}
-
 /// Runs frames until the cursor's model is ready and the panels have caught up.
 fn settle(h: &mut Harness<'_, Viewer>) {
     h.run_steps(2);
@@ -39,11 +33,6 @@ fn settle(h: &mut Harness<'_, Viewer>) {
 
 fn viewer_over(runs: Vec<Arc<Run>>) -> Viewer {
     Viewer::new(runs, Options::default(), None)
-}
-
-fn text_of(n: &egui_kittest::Node<'_>) -> Option<String> {
-    let a = n.accesskit_node();
-    a.label().or_else(|| a.value())
 }
 
 /// The text shown right of `label` on the same row (rightmost occurrence of the label:

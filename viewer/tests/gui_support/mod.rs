@@ -7,9 +7,12 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use egui_kittest::kittest::NodeT as _;
+use egui_kittest::Harness;
 use fragprobe_shared::format::{Api, EventKind, MetaEntry, MetaKind, MetaWriter, Record};
 use fragprobe_shared::model::Model;
 use fragprobe_shared::trace::TraceWriter;
+use fragprobe_viewer::gui::app::Viewer;
 use fragprobe_viewer::pipeline::{Run, Source};
 
 /// Where the synthetic arena starts.
@@ -212,4 +215,17 @@ pub fn count(rgba: &[u8], c: egui::Color32) -> usize {
     rgba.chunks_exact(4)
         .filter(|p| p[0] == c.r() && p[1] == c.g() && p[2] == c.b())
         .count()
+}
+
+/// A 1400 x 900 test harness drawing `viewer`.
+pub fn harness(viewer: Viewer) -> Harness<'static, Viewer> {
+    Harness::builder()
+        .with_size([1400.0, 900.0])
+        .build_ui_state(|ui, v: &mut Viewer| v.ui(ui), viewer)
+}
+
+/// A node's accessible label, or else its value.
+pub fn text_of(n: &egui_kittest::Node<'_>) -> Option<String> {
+    let a = n.accesskit_node();
+    a.label().or_else(|| a.value())
 }
