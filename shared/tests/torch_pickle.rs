@@ -210,3 +210,50 @@ fn malformed_input_is_explained() {
         assert!(!e.to_string().is_empty());
     }
 }
+
+/// Protocol-4 opcodes for `[a, b, a2, b2]` where `a` and `a2` are distinct lists with
+/// equal items (so the reader may share their storage), then more items appended to `a`
+/// and to `b2`: each list must see only its own appends, and `items_key` must tell equal
+/// items apart from different ones.
+#[test]
+fn lists_with_equal_items_stay_independent() {
+    let mut b = vec![0x80, 4];
+    // memo 0 = "x", memo 1 = "y"
+    b.extend([0x8c, 1, b'x', 0x94, 0x8c, 1, b'y', 0x94, 0x30, 0x30]);
+    b.push(b'('); // MARK for the outer list
+    let list_xy = |b: &mut Vec<u8>| {
+        b.extend([b']', 0x94, b'(']);
+        b.extend([b'h', 0, b'j', 1, 0, 0, 0]); // BINGET 0, LONG_BINGET 1
+        b.push(b'e'); // APPENDS
+    };
+    list_xy(&mut b); // a: memo 2
+    b.extend([b']', 0x94, b'(', b'h', 1, b'h', 0, b'e']); // b = [y, x]: memo 3
+    list_xy(&mut b); // a2: memo 4
+    b.extend([b']', 0x94, b'(', b'h', 1, b'h', 0, b'e']); // b2 = [y, x]: memo 5
+    b.push(b'l'); // LIST from the mark: [a, b, a2, b2]
+                  // a.append("z") via APPEND on a fetched from the memo, then b2 += [x]
+    b.extend([b'h', 2, 0x8c, 1, b'z', b'a', 0x30]);
+    b.extend([b'h', 5, b'(', b'h', 0, b'e', 0x30]);
+    b.push(b'.');
+    let p = read_pickle_bytes(&b).unwrap();
+    let outer = p.seq(p.root()).unwrap().to_vec();
+    let strs = |h| -> Vec<String> {
+        p.seq(h)
+            .unwrap()
+            .iter()
+            .map(|&x| p.str(x).unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(strs(outer[0]), ["x", "y", "z"]);
+    assert_eq!(strs(outer[1]), ["y", "x"]);
+    assert_eq!(strs(outer[2]), ["x", "y"]);
+    assert_eq!(strs(outer[3]), ["y", "x", "x"]);
+    assert_ne!(p.container_id(outer[0]), p.container_id(outer[2]));
+    assert_ne!(p.items_key(outer[1]), p.items_key(outer[2]));
+    assert_ne!(p.items_key(outer[1]), p.items_key(outer[3]));
+    let (k0, k2) = (
+        p.items_key(outer[0]).unwrap(),
+        p.items_key(outer[2]).unwrap(),
+    );
+    assert!(k0 != k2 || strs(outer[0]) == strs(outer[2]));
+}

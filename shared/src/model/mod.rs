@@ -107,7 +107,7 @@ mod anomalies;
 mod arena;
 mod checkpoint;
 mod device;
-mod hash;
+pub(crate) mod hash;
 mod lifecycle;
 mod metrics;
 mod pointers;

@@ -19,6 +19,8 @@ use std::fmt;
 use std::io::{BufRead, ErrorKind, Read};
 use std::sync::Arc;
 
+use crate::model::hash::FxMap;
+
 /// A reference to one value of a [`Pickle`]. Copy it freely; read it with [`Pickle::view`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Handle(u32);
@@ -41,6 +43,9 @@ const T_SET: u32 = 12;
 const T_FROZENSET: u32 = 13;
 const SMALL_MIN: i128 = -(1 << (TAG_SHIFT - 1));
 const SMALL_MAX: i128 = (1 << (TAG_SHIFT - 1)) - 1;
+
+/// A handle no value has (tag 15 is unused): marks empty memo slots.
+const UNSET: Handle = Handle(u32::MAX);
 
 impl Handle {
     const NONE: Handle = Handle(T_NONE << TAG_SHIFT);
@@ -292,8 +297,23 @@ impl Pickle {
 
     #[inline]
     fn items_of(&self, i: usize) -> &[Handle] {
-        let s = self.containers[i];
+        self.span_items(self.containers[i])
+    }
+
+    #[inline]
+    fn span_items(&self, s: Span) -> &[Handle] {
         &self.chunks[s.chunk as usize][s.start as usize..s.start as usize + s.len as usize]
+    }
+
+    /// Where the items of list or tuple `h` are stored: lists with equal items often share
+    /// one storage (see `Vm::extend_from_stack`), so a decoder can cache what it makes
+    /// from a list's items under this key. Equal keys mean equal items.
+    #[inline]
+    pub fn items_key(&self, h: Handle) -> Option<(u32, u32, u32)> {
+        matches!(h.tag(), T_LIST | T_TUPLE).then(|| {
+            let s = self.containers[h.index()];
+            (s.chunk, s.start, s.len)
+        })
     }
 
     /// Room for `cap` items: `(chunk, start)`, at the end of the last chunk when it fits.
@@ -484,6 +504,7 @@ pub fn read_pickle_with<R: BufRead>(r: R, limits: Limits) -> Result<Pickle, Pick
         memo_sparse: HashMap::new(),
         memo_count: 0,
         interned: HashMap::new(),
+        lists: FxMap::default(),
         scratch: Vec::new(),
         limits,
         op_at: 0,
@@ -645,10 +666,13 @@ struct Vm<R> {
     out: Pickle,
     stack: Vec<Handle>,
     marks: Vec<usize>,
-    memo: Vec<Option<Handle>>,
+    /// Dense memo; [`UNSET`] where nothing was stored.
+    memo: Vec<Handle>,
     memo_sparse: HashMap<u64, Handle>,
     memo_count: u64,
     interned: HashMap<Arc<str>, u32>,
+    /// The storage of each distinct list content seen, by [`list_hash`].
+    lists: FxMap<u64, Span>,
     scratch: Vec<u8>,
     limits: Limits,
     op_at: u64,
@@ -831,8 +855,34 @@ impl<R: Read> Vm<R> {
     }
 
     /// Appends `stack[from..]` to container `target` (then pops them).
+    ///
+    /// The first fill of a list whose items equal an earlier list's shares that list's
+    /// storage: snapshots repeat the same frame lists in every trace entry of a training
+    /// loop, and sharing keeps them from costing memory once per entry. Sharing is safe
+    /// because items once stored never change ([`Pickle::extend`] only writes past a
+    /// container's length or moves it), so a later append to either list leaves the
+    /// other as it was.
     fn extend_from_stack(&mut self, target: Handle, from: usize) -> Result<(), PickleError> {
-        let r = self.out.extend(target.index(), &self.stack[from..]);
+        let i = target.index();
+        let items = &self.stack[from..];
+        if target.tag() == T_LIST && items.len() >= 2 && self.out.containers[i].len == 0 {
+            let key = list_hash(items);
+            if let Some(&s) = self.lists.get(&key) {
+                if self.out.span_items(s) == items {
+                    self.out.containers[i] = s;
+                    self.stack.truncate(from);
+                    return Ok(());
+                }
+            } else {
+                let r = self.out.extend(i, items);
+                self.stack.truncate(from);
+                r.map_err(|_| self.malformed("more container items than this reader supports"))?;
+                let s = self.out.containers[i];
+                self.lists.insert(key, Span { cap: s.len, ..s });
+                return Ok(());
+            }
+        }
+        let r = self.out.extend(i, items);
         self.stack.truncate(from);
         r.map_err(|_| self.malformed("more container items than this reader supports"))
     }
@@ -862,9 +912,9 @@ impl<R: Read> Vm<R> {
         let i = idx as usize;
         if idx < (1u64 << 26) && i <= self.memo.len() + 65_536 {
             if i >= self.memo.len() {
-                self.memo.resize(i + 1, None);
+                self.memo.resize(i + 1, UNSET);
             }
-            if self.memo[i].replace(h).is_none() {
+            if std::mem::replace(&mut self.memo[i], h) == UNSET {
                 self.memo_count += 1;
             }
         } else if self.memo_sparse.insert(idx, h).is_none() {
@@ -873,16 +923,70 @@ impl<R: Read> Vm<R> {
         Ok(())
     }
 
+    #[inline(always)]
     fn memo_get(&mut self, idx: u64) -> Result<(), PickleError> {
+        match self.memo.get(idx as usize) {
+            Some(&h) if h != UNSET => {
+                self.stack.push(h);
+                Ok(())
+            }
+            _ => self.memo_get_sparse(idx),
+        }
+    }
+
+    #[cold]
+    fn memo_get_sparse(&mut self, idx: u64) -> Result<(), PickleError> {
         let h = self
-            .memo
-            .get(idx as usize)
+            .memo_sparse
+            .get(&idx)
             .copied()
-            .flatten()
-            .or_else(|| self.memo_sparse.get(&idx).copied())
             .ok_or_else(|| self.malformed(format!("memo key {idx} was never stored")))?;
         self.push(h);
         Ok(())
+    }
+
+    /// After a `BINGET`/`LONG_BINGET`: the rest of a run of them (a frame list is dozens
+    /// in a row), read straight from the buffer without going back to the dispatch. The
+    /// cursor and the stack stay in registers; anything unusual (a key only the sparse
+    /// memo has, or a missing one) goes back through [`Vm::memo_get`].
+    #[inline(always)]
+    fn memo_get_run(&mut self) -> Result<(), PickleError> {
+        let buf = &self.input.buf[..self.input.hi];
+        let memo = &self.memo[..];
+        let stack = &mut self.stack;
+        let mut lo = self.input.lo;
+        // Handles gather in a local batch, so the loop does not store and reload the
+        // stack's length for every item.
+        let mut batch = [UNSET; 32];
+        let mut k = 0;
+        let slow = loop {
+            let (idx, n) = match &buf[lo..] {
+                [b'j', a, b, c, d, ..] => (u32::from_le_bytes([*a, *b, *c, *d]) as usize, 5),
+                [b'h', a, ..] => (*a as usize, 2),
+                _ => break None,
+            };
+            match memo.get(idx) {
+                Some(&h) if h != UNSET => batch[k] = h,
+                _ => break Some((idx as u64, n)),
+            }
+            k += 1;
+            lo += n;
+            if k == batch.len() {
+                stack.extend_from_slice(&batch);
+                k = 0;
+            }
+        };
+        stack.extend_from_slice(&batch[..k]);
+        self.input.lo = lo;
+        match slow {
+            None => Ok(()),
+            Some((idx, n)) => {
+                self.op_at = self.input.pos();
+                self.input.lo += n;
+                self.memo_get(idx)?;
+                self.memo_get_run()
+            }
+        }
     }
 
     fn append_to(
@@ -1198,10 +1302,12 @@ impl<R: Read> Vm<R> {
                 b'h' => {
                     let i = self.input.byte("BINGET")? as u64;
                     self.memo_get(i)?;
+                    self.memo_get_run()?;
                 }
                 b'j' => {
                     let i = u32::from_le_bytes(self.input.array("LONG_BINGET")?) as u64;
                     self.memo_get(i)?;
+                    self.memo_get_run()?;
                 }
                 // --- everything below would import or call code: refused ---
                 b'c' => {
@@ -1308,6 +1414,25 @@ impl<R: Read> Vm<R> {
             ))),
         }
     }
+}
+
+/// A hash of a list's items: four FxHash-style lanes, so the multiplications of one item
+/// do not wait for the previous item's.
+fn list_hash(items: &[Handle]) -> u64 {
+    const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+    let mut lanes = [items.len() as u64, 1, 2, 3];
+    let mut quads = items.chunks_exact(4);
+    for q in &mut quads {
+        for (l, x) in lanes.iter_mut().zip(q) {
+            *l = (l.rotate_left(5) ^ x.0 as u64).wrapping_mul(K);
+        }
+    }
+    for (l, x) in lanes.iter_mut().zip(quads.remainder()) {
+        *l = (l.rotate_left(5) ^ x.0 as u64).wrapping_mul(K);
+    }
+    lanes
+        .iter()
+        .fold(0, |h, &l| (h.rotate_left(5) ^ l).wrapping_mul(K))
 }
 
 /// Decodes a protocol-0 `STRING` literal: `'...'` or `"..."` with Python escapes.

@@ -13,6 +13,8 @@ use std::fmt;
 use std::io::BufRead;
 use std::path::Path;
 
+use crate::model::hash::FxMap;
+
 use super::pickle::{read_pickle, Handle, Pickle, PickleError, Val};
 use super::stacks::{Frame, FrameId, StackId, Stacks, EMPTY_STACK};
 
@@ -329,6 +331,7 @@ pub fn decode(p: &Pickle) -> Result<Snapshot, ImportError> {
         stacks: Stacks::default(),
         ids: vec![NO_ID; p.container_count()],
         str_class: vec![0; p.string_count()],
+        by_items: FxMap::default(),
         scratch: Vec::new(),
         legacy_history: false,
     };
@@ -421,6 +424,8 @@ struct Decoder<'p> {
     ids: Vec<u32>,
     /// Per intern id of a string: its [`classify`] code, 0 until first seen.
     str_class: Vec<u8>,
+    /// The stack made from each list storage ([`Pickle::items_key`]).
+    by_items: FxMap<(u32, u32, u32), StackId>,
     scratch: Vec<FrameId>,
     legacy_history: bool,
 }
@@ -502,6 +507,14 @@ impl Decoder<'_> {
         if let Some(id) = made {
             return id;
         }
+        // A list with the same items as an earlier one usually shares its storage.
+        let key = self.p.items_key(fl);
+        if let Some(&id) = key.and_then(|k| self.by_items.get(&k)) {
+            if let Some(c) = cid {
+                self.ids[c] = id;
+            }
+            return id;
+        }
         let Some(items) = self.p.seq(fl) else {
             return EMPTY_STACK;
         };
@@ -516,6 +529,9 @@ impl Decoder<'_> {
         self.scratch = scratch;
         if let Some(c) = cid {
             self.ids[c] = id;
+        }
+        if let Some(k) = key {
+            self.by_items.insert(k, id);
         }
         id
     }

@@ -4,8 +4,9 @@
 //! trace entry; each distinct frame and each distinct stack is stored once and named by a
 //! small id.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use crate::model::hash::FxMap;
 
 /// One Python or C++ stack entry: `{filename, line, name}` in the pickle.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -29,20 +30,20 @@ pub const EMPTY_STACK: StackId = 0;
 #[derive(Clone, Debug)]
 pub struct Stacks {
     frames: Vec<Frame>,
-    frame_ids: HashMap<Frame, FrameId>,
+    frame_ids: FxMap<Frame, FrameId>,
     /// All stacks' frame ids, back to back; stack `i` is `flat[starts[i]..starts[i + 1]]`.
     flat: Vec<FrameId>,
     starts: Vec<u32>,
-    stack_ids: HashMap<Box<[FrameId]>, StackId>,
+    stack_ids: FxMap<Box<[FrameId]>, StackId>,
 }
 
 impl Default for Stacks {
     fn default() -> Self {
-        let mut stack_ids = HashMap::new();
+        let mut stack_ids = FxMap::default();
         stack_ids.insert(Box::from([] as [FrameId; 0]), EMPTY_STACK);
         Stacks {
             frames: Vec::new(),
-            frame_ids: HashMap::new(),
+            frame_ids: FxMap::default(),
             flat: Vec::new(),
             starts: vec![0, 0],
             stack_ids,

@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""A large, realistic snapshot: a real snapshot's trace repeated N times.
+
+    python3 benches/scripts/tile_snapshot.py SNAPSHOT N OUT
+
+A training or inference loop returns to the same allocator state at the end of each
+iteration, so a real trace that does (allocs == frees, no segment changes — check with
+`fragprobe simulate --verify OUT`, which must stay exact) can be repeated: iteration k is
+the recorded trace with `time_us` shifted by k spans. Frame dicts stay shared and each
+repetition gets its own frame lists, as in PyTorch's own dumps. The input is read with a
+restricted unpickler that refuses every global.
+"""
+import pickle
+import sys
+
+
+class Plain(pickle.Unpickler):
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refusing global {module}.{name}")
+
+
+def main():
+    src, n, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    with open(src, "rb") as f:
+        snap = Plain(f).load()
+    traces = []
+    for trace in snap["device_traces"]:
+        times = [e["time_us"] for e in trace if "time_us" in e]
+        span = (max(times) - min(times) + 1) if times else 0
+        tiled = []
+        for k in range(n):
+            for e in trace:
+                e = dict(e)
+                if "time_us" in e:
+                    e["time_us"] += k * span
+                if "frames" in e:
+                    e["frames"] = list(e["frames"])
+                tiled.append(e)
+        traces.append(tiled)
+    snap["device_traces"] = traces
+    with open(out, "wb") as f:
+        pickle.dump(snap, f, protocol=4)
+    print(sum(len(t) for t in traces), "entries")
+
+
+if __name__ == "__main__":
+    main()
