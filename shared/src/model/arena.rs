@@ -129,12 +129,27 @@ impl Arena {
             self.base = a;
             self.high = e;
             self.set_head(self.end() - a);
-        } else if a < self.base || e > self.high {
+        } else if a < self.base || e > self.end() {
             if self.regions.get(a).is_some_and(|x| x.seq == r.seq) {
                 return Insert::Duplicate;
             }
             self.rebound(self.base.min(a), self.high.max(e), self.capacity);
+        } else if e > self.high {
+            // A new highest end inside the arena: the arena's end, and so every gap, stay as
+            // they are. Only `high` moves, unless the record turns out to be a duplicate.
+            let out = self.place(a, r);
+            if !matches!(out, Insert::Duplicate) {
+                self.high = e;
+            }
+            return out;
         }
+        self.place(a, r)
+    }
+
+    /// Inserts `r` at `a` inside the arena's current bounds, replacing what it overlaps.
+    #[inline]
+    fn place(&mut self, a: u64, r: Region) -> Insert {
+        let e = a + r.size;
         match self.try_insert(a, r) {
             Ok(true) => Insert::Inserted,
             Ok(false) => Insert::Duplicate,
