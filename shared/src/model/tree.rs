@@ -37,29 +37,50 @@ const BLANK: Region = Region {
 /// Slot masks of a leaf hold one bit per entry.
 const _: () = assert!(LB <= 64);
 
+/// Keys past a node's length hold this, so a node's whole key array is sorted and a
+/// search needs no bound.
+const PAST: u64 = u64::MAX;
+
+/// A leaf. A lookup reads only `keys`, which starts the leaf on a cache line of its own.
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 struct Leaf {
+    /// Sorted; [`PAST`] past `n`.
+    keys: [u64; LB],
+    /// 0 past `n`.
+    gaps: [u64; LB],
     n: usize,
-    /// The next leaf to the right ([`NIL`] for the last).
-    next: u32,
     /// Bit `s`: `vals[s]` holds an entry.
     used: u64,
-    keys: [u64; LB],
-    gaps: [u64; LB],
+    /// The next leaf to the right ([`NIL`] for the last).
+    next: u32,
     /// `slot[j]`: where in `vals` the region of entry `j` is. Regions stay in their slot
     /// while entries shift, so an insertion or removal moves bytes, not 48-byte regions.
     slot: [u8; LB],
     vals: [Region; LB],
 }
 
+/// The largest of `v`, in four independent chains (a single chain of `max` is as long as
+/// `v`, and this runs after most updates).
+#[inline]
+fn max_of<const N: usize>(v: &[u64; N]) -> u64 {
+    let mut m = [0u64; 4];
+    for c in v.chunks_exact(4) {
+        for k in 0..4 {
+            m[k] = m[k].max(c[k]);
+        }
+    }
+    m[0].max(m[1]).max(m[2].max(m[3]))
+}
+
 impl Leaf {
     fn new() -> Leaf {
         Leaf {
-            n: 0,
-            next: NIL,
-            used: 0,
-            keys: [0; LB],
+            keys: [PAST; LB],
             gaps: [0; LB],
+            n: 0,
+            used: 0,
+            next: NIL,
             slot: [0; LB],
             vals: [BLANK; LB],
         }
@@ -73,7 +94,23 @@ impl Leaf {
     /// it), so this is a fixed-size scan without branches.
     #[inline]
     fn max(&self) -> u64 {
-        self.gaps.iter().copied().fold(0, u64::max)
+        max_of(&self.gaps)
+    }
+    /// The index of the first key ≥ `a` (`n` if none), without branches: the array is
+    /// sorted throughout (keys past `n` are [`PAST`]), so the keys below `a` are a prefix,
+    /// counted in two rounds of independent compares: three that pick the quarter, then
+    /// the eight keys of that quarter.
+    #[inline]
+    fn lower_bound(&self, a: u64) -> usize {
+        const _: () = assert!(LB == 32);
+        let k = &self.keys;
+        let q = usize::from(k[7] < a) + usize::from(k[15] < a) + usize::from(k[23] < a);
+        let base = 8 * q;
+        let mut i = base;
+        for &x in &k[base..base + 8] {
+            i += usize::from(x < a);
+        }
+        i
     }
     #[inline]
     fn insert(&mut self, i: usize, k: u64, r: Region, g: u64) {
@@ -97,6 +134,7 @@ impl Leaf {
         self.keys.copy_within(i + 1..n, i);
         self.gaps.copy_within(i + 1..n, i);
         self.slot.copy_within(i + 1..n, i);
+        self.keys[n - 1] = PAST;
         self.gaps[n - 1] = 0;
         self.n -= 1;
     }
@@ -107,6 +145,7 @@ impl Leaf {
             to.insert(to.n, self.keys[j], r, self.gaps[j]);
             self.used &= !(1 << self.slot[j]);
         }
+        self.keys[from..].fill(PAST);
         self.gaps[from..].fill(0);
         self.n = from;
     }
@@ -121,34 +160,52 @@ impl Leaf {
         self.keys.copy_within(k..n, 0);
         self.gaps.copy_within(k..n, 0);
         self.slot.copy_within(k..n, 0);
+        self.keys[n - k..n].fill(PAST);
         self.gaps[n - k..n].fill(0);
         self.n -= k;
     }
 }
 
 #[derive(Clone, Debug)]
+#[repr(C, align(64))]
 struct Inner {
-    n: usize,
-    /// `keys[i]` (i ≥ 1) is ≤ every key under child `i` and > every key under child `i − 1`.
+    /// `keys[i]` (i ≥ 1) is ≤ every key under child `i` and > every key under child `i − 1`;
+    /// [`PAST`] past `n`.
     keys: [u64; IB],
     kids: [u32; IB],
     /// The largest gap under each child.
     maxg: [u64; IB],
+    n: usize,
 }
 
 impl Inner {
     fn new() -> Inner {
         Inner {
-            n: 0,
-            keys: [0; IB],
+            keys: [PAST; IB],
             kids: [NIL; IB],
             maxg: [0; IB],
+            n: 0,
         }
     }
     #[inline]
     fn max(&self) -> u64 {
         // Slots past `n` hold 0, as in a leaf.
-        self.maxg.iter().copied().fold(0, u64::max)
+        max_of(&self.maxg)
+    }
+    /// The child whose range holds `a`: the last `i` with `i = 0` or `keys[i] ≤ a`. As in
+    /// [`Leaf::lower_bound`], two rounds of compares over the whole array (sorted: keys
+    /// past `n` are [`PAST`]), limited to the last child for `a` = [`PAST`].
+    #[inline]
+    fn child(&self, a: u64) -> usize {
+        const _: () = assert!(IB == 16);
+        let k = &self.keys;
+        let q = usize::from(k[4] <= a) + usize::from(k[8] <= a) + usize::from(k[12] <= a);
+        let base = 4 * q;
+        let mut i = base;
+        for &x in &k[base + 1..base + 4] {
+            i += usize::from(x <= a);
+        }
+        i.min(self.n.saturating_sub(1))
     }
     #[inline]
     fn insert(&mut self, i: usize, k: u64, kid: u32, g: u64) {
@@ -167,6 +224,7 @@ impl Inner {
         self.keys.copy_within(i + 1..n, i);
         self.kids.copy_within(i + 1..n, i);
         self.maxg.copy_within(i + 1..n, i);
+        self.keys[n - 1] = PAST;
         self.maxg[n - 1] = 0;
         self.n -= 1;
     }
@@ -296,23 +354,12 @@ impl RegionTree {
         let mut node = self.root;
         for lvl in 0..self.height.min(MAXD) {
             let inn = &self.inners[node as usize];
-            // The child is the number of separators (from index 1) ≤ `a`: a linear scan
-            // over the sorted keys (at most IB of them).
-            let mut i = 1;
-            while i < inn.n && inn.keys[i] <= a {
-                i += 1;
-            }
-            i -= 1;
+            let i = inn.child(a);
             c.path[lvl] = (node, i as u32);
             node = inn.kids[i];
         }
         c.leaf = node;
-        let l = &self.leaves[node as usize];
-        let mut j = 0;
-        while j < l.n && l.keys[j] < a {
-            j += 1;
-        }
-        c.pos = j;
+        c.pos = self.leaves[node as usize].lower_bound(a);
         c
     }
 
@@ -504,16 +551,20 @@ impl RegionTree {
             self.raise(&c.path[..c.depth], g);
             return;
         }
-        // Split the full leaf in halves, then insert into the right half.
+        // Split the full leaf, then insert on the proper side. In halves, except for an
+        // insertion past the leaf's end (ascending addresses, the allocator's common
+        // pattern): the new leaf then starts as small as allowed, so ascending fills leave
+        // leaves mostly full instead of half full.
+        let h = if c.pos == LB { LB + 1 - LMIN } else { LB / 2 };
         let right = self.new_leaf();
         let (lo, hi) = two(&mut self.leaves, leaf, right as usize);
-        lo.move_tail(LB / 2, hi);
+        lo.move_tail(h, hi);
         hi.next = lo.next;
         lo.next = right;
-        if c.pos <= LB / 2 {
+        if c.pos <= h {
             lo.insert(c.pos, a, r, g);
         } else {
-            hi.insert(c.pos - LB / 2, a, r, g);
+            hi.insert(c.pos - h, a, r, g);
         }
         let (lm, rm, sep) = (lo.max(), hi.max(), hi.keys[0]);
         self.push_up(&c.path[..c.depth], lm, right, sep, rm);
@@ -545,12 +596,14 @@ impl RegionTree {
         }
         let nr = self.new_inner();
         let (lo, hi) = two(&mut self.inners, node as usize, nr as usize);
-        // Move the upper half to the new node, then insert on the proper side.
-        let h = IB / 2;
+        // Move the upper half to the new node, then insert on the proper side; a child
+        // added past the end leaves the new node as small as allowed (as for leaves).
+        let h = if i + 1 == IB { IB + 1 - IMIN } else { IB / 2 };
         hi.keys[..IB - h].copy_from_slice(&lo.keys[h..]);
         hi.kids[..IB - h].copy_from_slice(&lo.kids[h..]);
         hi.maxg[..IB - h].copy_from_slice(&lo.maxg[h..]);
         hi.n = IB - h;
+        lo.keys[h..].fill(PAST);
         lo.maxg[h..].fill(0);
         lo.n = h;
         if i < h {
@@ -659,11 +712,13 @@ impl RegionTree {
                 lo.keys[..h].copy_from_slice(&keys[..h]);
                 lo.kids[..h].copy_from_slice(&kids[..h]);
                 lo.maxg[..h].copy_from_slice(&maxg[..h]);
+                lo.keys[h..].fill(PAST);
                 lo.maxg[h..].fill(0);
                 lo.n = h;
                 hi.keys[..total - h].copy_from_slice(&keys[h..total]);
                 hi.kids[..total - h].copy_from_slice(&kids[h..total]);
                 hi.maxg[..total - h].copy_from_slice(&maxg[h..total]);
+                hi.keys[total - h..].fill(PAST);
                 hi.maxg[total - h..].fill(0);
                 hi.n = total - h;
                 let (lm, rm, sep) = (lo.max(), hi.max(), hi.keys[0]);
@@ -730,6 +785,7 @@ impl RegionTree {
             assert!(root || l.n >= LMIN, "leaf under-full");
             assert!(l.n >= 1 && l.n <= LB);
             assert!(l.gaps[l.n..].iter().all(|&g| g == 0), "stale gap past n");
+            assert!(l.keys[l.n..].iter().all(|&k| k == PAST), "stale key past n");
             let used = l.slot[..l.n].iter().fold(0u64, |m, &s| m | 1 << s);
             assert_eq!(used, l.used, "slot mask");
             assert_eq!(used.count_ones() as usize, l.n, "slots not distinct");
@@ -747,6 +803,10 @@ impl RegionTree {
         assert!(
             inn.maxg[inn.n..].iter().all(|&g| g == 0),
             "stale gap past n"
+        );
+        assert!(
+            inn.keys[inn.n..].iter().all(|&k| k == PAST),
+            "stale key past n"
         );
         let mut total = 0;
         for i in 0..inn.n {
