@@ -70,12 +70,15 @@ pub struct Series {
     pending: Point,
     /// Pushes folded into `pending` (0: none).
     pending_n: u64,
+    /// Time of the last push (0 before the first).
     last_t: u64,
-    /// The last value pushed, as stored.
-    last_v: Option<u64>,
     /// Values are integers (pushed with `push_int`), not `f64` bits.
     int: bool,
 }
+
+/// `f64` bits of `+∞`: for values from `+0.0` up to this, the order of the bits as `u64`
+/// is the order of the values.
+const INF_BITS: u64 = 0x7ff0_0000_0000_0000;
 
 impl Default for Series {
     fn default() -> Series {
@@ -93,7 +96,6 @@ impl Series {
             pending: Point::default(),
             pending_n: 0,
             last_t: 0,
-            last_v: None,
             int: false,
         }
     }
@@ -110,10 +112,14 @@ impl Series {
     #[inline]
     pub fn push(&mut self, t: u64, v: f64) {
         debug_assert!(!self.int, "an integer series takes push_int");
+        let bits = v.to_bits();
+        if bits <= INF_BITS && self.pending_ordered() {
+            // Same as below: no NaN, and min/max of such values are min/max of their bits.
+            self.push_bits(t, bits);
+            return;
+        }
         let t = t.max(self.last_t);
         self.last_t = t;
-        let bits = v.to_bits();
-        self.last_v = Some(bits);
         if self.pending_n == 0 {
             self.pending = Point {
                 t,
@@ -145,13 +151,26 @@ impl Series {
         }
     }
 
+    /// Whether the point being filled, if any, holds values from `+0.0` to `+∞` only (an
+    /// `f64` series).
+    #[inline(always)]
+    fn pending_ordered(&self) -> bool {
+        self.pending_n == 0 || (self.pending.min <= INF_BITS && self.pending.max <= INF_BITS)
+    }
+
     /// Appends an integer value at time `t` (an integer series).
     #[inline(always)]
     pub(crate) fn push_int(&mut self, t: u64, v: u64) {
         debug_assert!(self.int);
+        self.push_bits(t, v);
+    }
+
+    /// Appends a value whose stored bits order like the values: an integer, or an `f64`
+    /// from `+0.0` to `+∞` into a point holding only such values.
+    #[inline(always)]
+    fn push_bits(&mut self, t: u64, v: u64) {
         let t = t.max(self.last_t);
         self.last_t = t;
-        self.last_v = Some(v);
         let p = &mut self.pending;
         if self.pending_n == 0 {
             *p = Point {
@@ -236,9 +255,14 @@ impl Series {
         self.stride
     }
 
-    /// The last value pushed.
+    /// The last value pushed (the `last` of the newest point: merging keeps the later one).
     pub fn last_value(&self) -> Option<f64> {
-        self.last_v.map(|b| value(b, self.int))
+        let p = if self.pending_n > 0 {
+            Some(&self.pending)
+        } else {
+            self.pts.last()
+        };
+        p.map(|p| value(p.last, self.int))
     }
 
     /// Time of the first point.
@@ -251,7 +275,7 @@ impl Series {
 
     /// Time of the last point.
     pub fn last_t(&self) -> Option<u64> {
-        self.last_v.map(|_| self.last_t)
+        (!self.is_empty()).then_some(self.last_t)
     }
 
     /// The highest value ever pushed.
@@ -390,8 +414,9 @@ impl Metric {
 #[derive(Clone, Debug)]
 pub struct SeriesSet {
     s: [Series; 9],
-    /// The integer last recorded per metric (`record`'s metrics only): an unchanged integer
-    /// is an unchanged value, so most metrics are skipped without a conversion to `f64`.
+    /// The value last recorded per metric (`record`'s metrics only: the integer, or the
+    /// ratio's `f64` bits): an unchanged integer is an unchanged value, so most metrics are
+    /// skipped without a conversion to `f64`.
     raw: [u64; 9],
     /// Bit `i`: `raw[i]` holds a recorded value.
     has: u16,
@@ -483,13 +508,29 @@ impl SeriesSet {
             let f = self.put(Metric::TotalFree, t, a.total_free);
             // The ratio is a function of the two: unchanged when both are.
             if l || f {
-                self.s[Metric::FragRatio as usize].push_if_changed(t, ratio);
+                self.put_ratio(t, ratio);
             }
         }
     }
 
+    /// Pushes the fragmentation ratio if it differs from the one pushed last (only `record`
+    /// pushes it, so `raw` holds that one's bits).
+    #[inline(always)]
+    fn put_ratio(&mut self, t: u64, v: f64) {
+        const I: usize = Metric::FragRatio as usize;
+        const BIT: u16 = 1 << I;
+        if self.has & BIT != 0 && f64::from_bits(self.raw[I]) == v {
+            return;
+        }
+        self.raw[I] = v.to_bits();
+        self.has |= BIT;
+        self.s[I].push(t, v);
+    }
+
+    /// Pushes `v` for `m`, one of the metrics `record` does not push, if it changed.
     #[inline]
     pub(crate) fn push(&mut self, m: Metric, t: u64, v: f64) {
+        debug_assert!(matches!(m, Metric::NvmlUsed | Metric::DriverUsed));
         self.s[m as usize].push_if_changed(t, v);
     }
 }
