@@ -61,6 +61,9 @@ pub struct Device {
     pub(crate) totals: Totals,
     pub(crate) summary: Summary,
     pub(crate) series: SeriesSet,
+    /// The space whose arena series are this device's (its only space, both having had no
+    /// other): the device then records no arena series of its own.
+    pub(crate) arena_of: Option<u32>,
     pub(crate) arena: Option<ArenaFigures>,
     pub(crate) worst: Option<SpaceId>,
     /// `(largest free block, space index)` of every space with an arena.
@@ -87,6 +90,7 @@ impl Device {
             totals: Totals::default(),
             summary: Summary::default(),
             series: SeriesSet::new(cap),
+            arena_of: None,
             arena: None,
             worst: None,
             arena_set: ArenaSet::default(),
@@ -132,7 +136,9 @@ impl Device {
     pub fn summary(&self) -> &Summary {
         &self.summary
     }
-    /// The time series.
+    /// The device's own time series. Its arena metrics (largest free, total free, ratio)
+    /// are empty here while the device shares them with its only space: read the device's
+    /// series through [`Model::device_series`](super::Model::device_series).
     pub fn series(&self) -> &SeriesSet {
         &self.series
     }
@@ -143,6 +149,42 @@ impl Device {
     /// The device's state just before the most recent exit of one of its processes.
     pub fn exit_snapshot(&self) -> Option<&Snapshot> {
         self.exit.as_ref()
+    }
+}
+
+impl super::Model {
+    /// Adds space `s` to device `d`. A device's first space shares its arena series with
+    /// the device when neither has any yet (the device's arena figures are then the space's,
+    /// recorded at the same events); a second space ends the sharing.
+    pub(crate) fn join_device(&mut self, s: u32, d: u32) {
+        let fresh = self
+            .spaces
+            .get(s as usize)
+            .is_some_and(|sp| !sp.series.has_arena());
+        let Some(dev) = self.devices.get_mut(d as usize) else {
+            return;
+        };
+        if dev.spaces.is_empty() && dev.arena_of.is_none() && !dev.series.has_arena() && fresh {
+            dev.arena_of = Some(s);
+        } else {
+            self.unshare(d);
+        }
+        if let Some(dev) = self.devices.get_mut(d as usize) {
+            dev.spaces.push(s);
+        }
+    }
+
+    /// Ends device `d`'s sharing of its space's arena series: it gets its own copy.
+    pub(crate) fn unshare(&mut self, d: u32) {
+        let Some(dev) = self.devices.get_mut(d as usize) else {
+            return;
+        };
+        let Some(s) = dev.arena_of.take() else {
+            return;
+        };
+        if let Some(sp) = self.spaces.get(s as usize) {
+            dev.series.adopt_arena(&sp.series);
+        }
     }
 }
 
@@ -193,7 +235,51 @@ impl ArenaSet {
 
 #[cfg(test)]
 mod tests {
+    use super::super::{Metric, Model, Series};
     use super::*;
+    use crate::format::{Api, EventKind, Record};
+
+    #[test]
+    fn a_device_shares_its_only_spaces_arena_series_until_a_second_joins() {
+        let rec = |seq: u64, kind: EventKind, pid: u32, addr: u64, size: u64| Record {
+            seq,
+            ts_ns: seq * 10,
+            addr,
+            size,
+            pid,
+            kind: kind as u16,
+            api: Api::CudaMalloc as u16,
+            ..Record::default()
+        };
+        let mut m = Model::new();
+        m.apply(&rec(0, EventKind::Device, 1, 0, 1 << 20));
+        for i in 1..50 {
+            m.apply(&rec(i, EventKind::Alloc, 1, 0x10000 + i * 0x1000, 0x800));
+        }
+        let d = m.devices()[0].id();
+        let pts = |s: &Series| s.points().collect::<Vec<_>>();
+        let sp = m.spaces()[0].series();
+        let dv = m.device_series(d).unwrap();
+        for mt in [Metric::LargestFree, Metric::TotalFree, Metric::FragRatio] {
+            assert!(!sp.get(mt).is_empty());
+            assert_eq!(pts(dv.get(mt)), pts(sp.get(mt)));
+        }
+        // A second process on the device: the device now records its own copy, which
+        // continued from the shared one.
+        let before = pts(m.device_series(d).unwrap().get(Metric::TotalFree));
+        m.apply(&rec(50, EventKind::Alloc, 2, 0x900000, 0x100));
+        m.apply(&rec(51, EventKind::Free, 1, 0x11000, 0));
+        assert_eq!(m.devices()[0].arena_of, None);
+        let after = pts(m.device_series(d).unwrap().get(Metric::TotalFree));
+        assert_eq!(after[..before.len() - 1], before[..before.len() - 1]);
+        let a = m.devices()[0].arena().unwrap();
+        let last = m
+            .device_series(d)
+            .unwrap()
+            .get(Metric::TotalFree)
+            .last_value();
+        assert_eq!(last, Some(a.total_free as f64));
+    }
 
     #[test]
     fn arena_set_orders_like_a_btreeset() {

@@ -83,12 +83,12 @@ impl Model {
         sp.device = DeviceId(d);
         let cap = self.devices[d as usize].info.total_bytes.unwrap_or(0);
         sp.arena.set_capacity(cap);
+        self.unshare(old);
         let od = &mut self.devices[old as usize];
         od.totals.merge(&totals, false);
         od.spaces.retain(|x| *x != s);
-        let nd = &mut self.devices[d as usize];
-        nd.totals.merge(&totals, true);
-        nd.spaces.push(s);
+        self.devices[d as usize].totals.merge(&totals, true);
+        self.join_device(s, d);
         self.touch(s);
         self.touch_device(old);
     }

@@ -128,7 +128,7 @@ pub use metrics::{frag_ratio, ArenaFigures, Counts, Snapshot, Summary, Totals};
 pub use process::{ExitInfo, Process, ProcessInfo};
 pub use query::{Gap, LeakGroup, LodCell, RegionView};
 pub use region::{RegionKind, When};
-pub use series::{Bucket, Metric, Series, SeriesSet, DEFAULT_SERIES_CAP};
+pub use series::{Bucket, Metric, Series, SeriesSet, SeriesView, DEFAULT_SERIES_CAP};
 pub use space::Space;
 pub use verdict::{verdict, FailedAlloc, Verdict};
 
@@ -442,7 +442,7 @@ impl Model {
             .set_capacity(self.devices[d as usize].info.total_bytes.unwrap_or(0));
         self.spaces.push(sp);
         self.space_index.insert((pid, ordinal), s);
-        self.devices[d as usize].spaces.push(s);
+        self.join_device(s, d);
         self.processes[p as usize].spaces.push((ordinal, s));
         s
     }
@@ -521,8 +521,14 @@ impl Model {
             dev.arena = fig;
             dev.worst = worst.map(SpaceId);
             dev.summary.observe(&dev.totals, fig.as_ref(), ratio, now);
-            dev.series
-                .record(now.ts_ns, &dev.totals, fig.as_ref(), ratio);
+            // A device sharing its only space's arena series records none of its own: its
+            // arena figures are that space's, recorded by the space whenever they change.
+            let own = if dev.arena_of.is_some() {
+                None
+            } else {
+                fig.as_ref()
+            };
+            dev.series.record(now.ts_ns, &dev.totals, own, ratio);
         }
         self.touched_dev.clear();
     }
@@ -572,6 +578,20 @@ impl Model {
     /// One device.
     pub fn device(&self, id: DeviceId) -> Option<&Device> {
         self.devices.get(id.0 as usize)
+    }
+
+    /// The time series of a device. While a device has had one space only, its arena
+    /// metrics are that space's series (the same values at the same times), kept once.
+    pub fn device_series(&self, id: DeviceId) -> Option<SeriesView<'_>> {
+        let d = self.device(id)?;
+        let arena = d
+            .arena_of
+            .and_then(|s| self.spaces.get(s as usize))
+            .map_or(&d.series, |sp| &sp.series);
+        Some(SeriesView {
+            own: &d.series,
+            arena,
+        })
     }
 
     /// Every process, in order of first appearance.

@@ -394,6 +394,13 @@ impl Metric {
         Metric::NvmlUsed,
         Metric::DriverUsed,
     ];
+    /// Whether the metric is one of the arena's (largest free, total free, ratio).
+    pub fn is_arena(self) -> bool {
+        matches!(
+            self,
+            Metric::LargestFree | Metric::TotalFree | Metric::FragRatio
+        )
+    }
     /// Stable name for exports.
     pub fn name(self) -> &'static str {
         match self {
@@ -406,6 +413,29 @@ impl Metric {
             Metric::FragRatio => "frag_ratio",
             Metric::NvmlUsed => "nvml_used_bytes",
             Metric::DriverUsed => "driver_used_bytes",
+        }
+    }
+}
+
+/// The time series of a space or device as read: the arena metrics may come from another
+/// set (a device with one space shares that space's; see [`Model::device_series`]).
+///
+/// [`Model::device_series`]: super::Model::device_series
+#[derive(Clone, Copy, Debug)]
+pub struct SeriesView<'a> {
+    /// Every metric but the arena's.
+    pub(crate) own: &'a SeriesSet,
+    /// The arena metrics.
+    pub(crate) arena: &'a SeriesSet,
+}
+
+impl<'a> SeriesView<'a> {
+    /// The series of one metric.
+    pub fn get(&self, m: Metric) -> &'a Series {
+        if m.is_arena() {
+            self.arena.get(m)
+        } else {
+            self.own.get(m)
         }
     }
 }
@@ -453,6 +483,35 @@ impl SeriesSet {
     /// The series of one metric.
     pub fn get(&self, m: Metric) -> &Series {
         &self.s[m as usize]
+    }
+
+    /// These series as a [`SeriesView`].
+    pub fn view(&self) -> SeriesView<'_> {
+        SeriesView {
+            own: self,
+            arena: self,
+        }
+    }
+
+    /// The `has` bits of the arena metrics.
+    const ARENA: u16 = 1 << Metric::LargestFree as u16
+        | 1 << Metric::TotalFree as u16
+        | 1 << Metric::FragRatio as u16;
+
+    /// Whether an arena metric was ever recorded.
+    pub(crate) fn has_arena(&self) -> bool {
+        self.has & SeriesSet::ARENA != 0
+    }
+
+    /// Takes the arena metrics' series and recorded values from `o` (a device that stops
+    /// sharing its only space's arena series gets its own copy).
+    pub(crate) fn adopt_arena(&mut self, o: &SeriesSet) {
+        for m in [Metric::LargestFree, Metric::TotalFree, Metric::FragRatio] {
+            let i = m as usize;
+            self.s[i] = o.s[i].clone();
+            self.raw[i] = o.raw[i];
+        }
+        self.has = self.has & !SeriesSet::ARENA | o.has & SeriesSet::ARENA;
     }
 
     /// Pushes `v` for `m` if it differs from the integer recorded last; `true` if it did.

@@ -2,7 +2,7 @@
 
 use fragprobe_shared::format::Api;
 use fragprobe_shared::model::{
-    self, ArenaFigures, Device, Metric, Model, Series, SeriesSet, SpaceId, Summary, Totals,
+    self, ArenaFigures, Device, Metric, Model, Series, SeriesView, SpaceId, Summary, Totals,
 };
 
 use super::crosscheck::CrossCheck;
@@ -220,7 +220,7 @@ struct Scoped<'a> {
     totals: &'a Totals,
     arena: Option<ArenaFigures>,
     summary: &'a Summary,
-    series: &'a SeriesSet,
+    series: SeriesView<'a>,
     device: Option<&'a Device>,
 }
 
@@ -234,14 +234,14 @@ fn scoped(m: &Model, space: SpaceKey, merged: bool) -> Option<Scoped<'_>> {
             totals: d.totals(),
             arena: d.arena(),
             summary: d.summary(),
-            series: d.series(),
+            series: m.device_series(d.id())?,
             device,
         },
         _ => Scoped {
             totals: sp.totals(),
             arena: sp.arena(),
             summary: sp.summary(),
-            series: sp.series(),
+            series: sp.series().view(),
             device,
         },
     })
