@@ -257,3 +257,38 @@ fn lists_with_equal_items_stay_independent() {
     );
     assert!(k0 != k2 || strs(outer[0]) == strs(outer[2]));
 }
+
+/// A snapshot read in place (the whole file as one slice, as `load_snapshot` maps it) and
+/// one read through a reader in small pieces decode to the same thing, so neither input
+/// path's fast paths (frame lists shared by their bytes, runs of gets) change a value.
+#[test]
+fn slice_and_reader_inputs_agree() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/pytorch-snapshots");
+    for name in [
+        "MAGMA27__memory_snapshot.pickle",
+        "bcrafton__memory_snapshot.pickle",
+    ] {
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        let whole = read_pickle_bytes(&bytes).unwrap();
+        // A reader that hands out at most 7 bytes a call: every fast path meets the end
+        // of its buffer somewhere.
+        struct Dribble<'a>(&'a [u8]);
+        impl std::io::Read for Dribble<'_> {
+            fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+                let n = out.len().min(7).min(self.0.len());
+                out[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let pieces = fragprobe_shared::torch::pickle::read_pickle(
+            std::io::BufReader::with_capacity(7, Dribble(&bytes)),
+        )
+        .unwrap();
+        let a = fragprobe_shared::torch::snapshot::decode(&whole).unwrap();
+        let b = fragprobe_shared::torch::snapshot::decode(&pieces).unwrap();
+        assert_eq!(format!("{a:?}"), format!("{b:?}"), "{name}");
+        assert!(a.event_count() > 1000, "{name}");
+    }
+}

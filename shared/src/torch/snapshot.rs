@@ -15,7 +15,7 @@ use std::path::Path;
 
 use crate::model::hash::FxMap;
 
-use super::pickle::{read_pickle, Handle, Pickle, PickleError, Val};
+use super::pickle::{read_pickle, read_pickle_bytes, Handle, Pickle, PickleError, Val};
 use super::stacks::{Frame, FrameId, StackId, Stacks, EMPTY_STACK};
 
 /// Which of PyTorch's two block pools a segment belongs to.
@@ -317,11 +317,23 @@ pub fn read_snapshot<R: BufRead>(r: R) -> Result<Snapshot, ImportError> {
     decode(&p)
 }
 
-/// Reads and decodes a snapshot file.
+/// Reads and decodes a snapshot file: mapped and parsed in place when it is a regular
+/// file (no copy of its bytes is made), read in chunks otherwise (a pipe, an empty file).
 pub fn load_snapshot(path: &Path) -> Result<Snapshot, ImportError> {
     let f = std::fs::File::open(path)
         .map_err(|e| ImportError::Io(format!("cannot open {}: {e}", path.display())))?;
-    read_snapshot(std::io::BufReader::with_capacity(1 << 16, f))
+    // SAFETY: the mapping is read-only and private to this call. Another process could
+    // still change or truncate the file while it is mapped; the pickle reader checks every
+    // byte it uses (any content gives values or an error, never an out-of-bounds access),
+    // and truncation under us would be a SIGBUS, the same as for any mapped reader. That
+    // is the accepted cost of not copying a multi-gigabyte snapshot.
+    match unsafe { memmap2::MmapOptions::new().map_copy_read_only(&f) } {
+        Ok(m) => {
+            let _ = m.advise(memmap2::Advice::Sequential);
+            decode(&read_pickle_bytes(&m)?)
+        }
+        Err(_) => read_snapshot(std::io::BufReader::with_capacity(1 << 16, f)),
+    }
 }
 
 /// Decodes a snapshot from an already-read pickle.

@@ -21,6 +21,9 @@ use std::sync::Arc;
 
 use crate::model::hash::FxMap;
 
+mod fast;
+use fast::list_hash;
+
 /// A reference to one value of a [`Pickle`]. Copy it freely; read it with [`Pickle::view`].
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Handle(u32);
@@ -41,6 +44,7 @@ const T_TUPLE: u32 = 10;
 const T_DICT: u32 = 11;
 const T_SET: u32 = 12;
 const T_FROZENSET: u32 = 13;
+const T_WIDE: u32 = 14;
 const SMALL_MIN: i128 = -(1 << (TAG_SHIFT - 1));
 const SMALL_MAX: i128 = (1 << (TAG_SHIFT - 1)) - 1;
 
@@ -149,7 +153,9 @@ const ARENA_CHUNK: usize = 1 << 14;
 #[derive(Clone, Debug, Default)]
 pub struct Pickle {
     root: Option<Handle>,
-    ints: Vec<i128>,
+    /// Ints that fit in 64 bits (addresses, sizes, times) and, apart, the few up to 128.
+    ints: Vec<i64>,
+    wides: Vec<i128>,
     bigs: Vec<BigInt>,
     floats: Vec<f64>,
     strs: Vec<Arc<str>>,
@@ -177,7 +183,8 @@ impl Pickle {
             T_FALSE => Val::Bool(false),
             T_TRUE => Val::Bool(true),
             T_SMALL => Val::Int(small_int(h)),
-            T_INT => Val::Int(self.ints[i]),
+            T_INT => Val::Int(self.ints[i] as i128),
+            T_WIDE => Val::Int(self.wides[i]),
             T_BIG => Val::BigInt(&self.bigs[i]),
             T_FLOAT => Val::Float(self.floats[i]),
             T_STR => Val::Str(&self.strs[i]),
@@ -342,6 +349,20 @@ impl Pickle {
 
     /// A new container holding `src`.
     fn new_container(&mut self, src: &[Handle]) -> Result<Span, ()> {
+        if src.is_empty() {
+            // `EMPTY_DICT`/`EMPTY_LIST`: no room yet, at the end of the last chunk so the
+            // first fill can grow in place.
+            if let Some(c) = self.chunks.last() {
+                if c.len() < c.capacity() {
+                    return Ok(Span {
+                        chunk: u32::try_from(self.chunks.len() - 1).map_err(|_| ())?,
+                        start: u32::try_from(c.len()).map_err(|_| ())?,
+                        len: 0,
+                        cap: 0,
+                    });
+                }
+            }
+        }
         let n = u32::try_from(src.len()).map_err(|_| ())?;
         let (chunk, start) = self.place(src.len())?;
         self.chunks[chunk as usize][start as usize..].copy_from_slice(src);
@@ -488,15 +509,20 @@ pub fn read_pickle<R: BufRead>(r: R) -> Result<Pickle, PickleError> {
     read_pickle_with(r, Limits::default())
 }
 
-/// Reads one pickle from a byte slice.
+/// Reads one pickle from a byte slice (a mapped file, say), in place: no copy of the
+/// input is made.
 pub fn read_pickle_bytes(b: &[u8]) -> Result<Pickle, PickleError> {
-    read_pickle(b)
+    run_vm(Input::whole(b), Limits::default())
 }
 
 /// [`read_pickle`] with explicit [`Limits`].
 pub fn read_pickle_with<R: BufRead>(r: R, limits: Limits) -> Result<Pickle, PickleError> {
+    run_vm(Input::new(Chunks::new(r)), limits)
+}
+
+fn run_vm<S: Source>(input: Input<S>, limits: Limits) -> Result<Pickle, PickleError> {
     let mut vm = Vm {
-        input: Input::new(r),
+        input,
         out: Pickle::default(),
         stack: Vec::new(),
         marks: Vec::new(),
@@ -505,6 +531,8 @@ pub fn read_pickle_with<R: BufRead>(r: R, limits: Limits) -> Result<Pickle, Pick
         memo_count: 0,
         interned: HashMap::new(),
         lists: FxMap::default(),
+        get_lists: FxMap::default(),
+        rebinds: 0,
         scratch: Vec::new(),
         limits,
         op_at: 0,
@@ -513,28 +541,90 @@ pub fn read_pickle_with<R: BufRead>(r: R, limits: Limits) -> Result<Pickle, Pick
     Ok(vm.out)
 }
 
-/// The input, read in 64 KiB chunks into a buffer of our own so the hot opcode paths
-/// (`byte`, `array`) are a bounds check and a load, not a call into the reader.
-struct Input<R> {
+/// Where the VM's bytes come from: a buffer it refills, or the whole input at once.
+trait Source {
+    /// The bytes held now.
+    fn bytes(&self) -> &[u8];
+    /// Replaces the bytes held with the next ones; how many (0 at the end).
+    fn refill(&mut self) -> std::io::Result<usize>;
+}
+
+/// A reader, in 64 KiB chunks read into a buffer of our own.
+struct Chunks<R> {
     r: R,
     buf: Box<[u8]>,
-    lo: usize,
-    hi: usize,
-    /// Input offset of `buf[0]`.
-    base: u64,
 }
 
 const CHUNK: usize = 1 << 16;
 
-impl<R: Read> Input<R> {
+impl<R: Read> Chunks<R> {
     fn new(r: R) -> Self {
-        Input {
+        Chunks {
             r,
             buf: vec![0u8; CHUNK].into_boxed_slice(),
+        }
+    }
+}
+
+impl<R: Read> Source for Chunks<R> {
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        &self.buf
+    }
+    fn refill(&mut self) -> std::io::Result<usize> {
+        self.r.read(&mut self.buf)
+    }
+}
+
+/// The whole input as one slice.
+struct Whole<'a>(&'a [u8]);
+
+impl Source for Whole<'_> {
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        self.0
+    }
+    fn refill(&mut self) -> std::io::Result<usize> {
+        self.0 = &[];
+        Ok(0)
+    }
+}
+
+/// The input: the hot opcode paths (`byte`, `array`) are a bounds check and a load, not a
+/// call into the reader.
+struct Input<S> {
+    src: S,
+    lo: usize,
+    hi: usize,
+    /// Input offset of `bytes()[0]`.
+    base: u64,
+}
+
+impl<'a> Input<Whole<'a>> {
+    fn whole(b: &'a [u8]) -> Self {
+        Input {
+            src: Whole(b),
+            lo: 0,
+            hi: b.len(),
+            base: 0,
+        }
+    }
+}
+
+impl<S: Source> Input<S> {
+    fn new(src: S) -> Self {
+        Input {
+            src,
             lo: 0,
             hi: 0,
             base: 0,
         }
+    }
+
+    /// The bytes held (valid up to `hi`).
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        self.src.bytes()
     }
 
     /// Offset of the next unread byte.
@@ -551,7 +641,7 @@ impl<R: Read> Input<R> {
         self.lo = 0;
         self.hi = 0;
         loop {
-            match self.r.read(&mut self.buf) {
+            match self.src.refill() {
                 Ok(n) => {
                     self.hi = n;
                     return Ok(n > 0);
@@ -570,7 +660,7 @@ impl<R: Read> Input<R> {
                 what,
             });
         }
-        let b = self.buf[0];
+        let b = self.bytes()[0];
         self.lo = 1;
         Ok(b)
     }
@@ -578,7 +668,7 @@ impl<R: Read> Input<R> {
     #[inline(always)]
     fn byte(&mut self, what: &'static str) -> Result<u8, PickleError> {
         if self.lo < self.hi {
-            let b = self.buf[self.lo];
+            let b = self.bytes()[self.lo];
             self.lo += 1;
             Ok(b)
         } else {
@@ -600,7 +690,7 @@ impl<R: Read> Input<R> {
             }
             let avail = self.hi - self.lo;
             let take = avail.min(usize::try_from(left).unwrap_or(usize::MAX));
-            out.extend_from_slice(&self.buf[self.lo..self.lo + take]);
+            out.extend_from_slice(&self.bytes()[self.lo..self.lo + take]);
             self.lo += take;
             left -= take as u64;
         }
@@ -610,7 +700,7 @@ impl<R: Read> Input<R> {
     /// The next `n` bytes as a slice of the buffer when they are all there already.
     #[inline(always)]
     fn peek_slice(&self, n: usize) -> Option<&[u8]> {
-        self.buf
+        self.bytes()
             .get(self.lo..self.lo + n)
             .filter(|_| self.hi - self.lo >= n)
     }
@@ -619,7 +709,7 @@ impl<R: Read> Input<R> {
     fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], PickleError> {
         if self.hi - self.lo >= N {
             let mut a = [0u8; N];
-            a.copy_from_slice(&self.buf[self.lo..self.lo + N]);
+            a.copy_from_slice(&self.bytes()[self.lo..self.lo + N]);
             self.lo += N;
             return Ok(a);
         }
@@ -661,8 +751,8 @@ impl<R: Read> Input<R> {
     }
 }
 
-struct Vm<R> {
-    input: Input<R>,
+struct Vm<S> {
+    input: Input<S>,
     out: Pickle,
     stack: Vec<Handle>,
     marks: Vec<usize>,
@@ -673,6 +763,12 @@ struct Vm<R> {
     interned: HashMap<Arc<str>, u32>,
     /// The storage of each distinct list content seen, by [`list_hash`].
     lists: FxMap<u64, Span>,
+    /// Lists written as `EMPTY_LIST MEMOIZE MARK (BINGET|LONG_BINGET)… APPENDS`, by a hash
+    /// of their get opcodes' bytes: the bytes, and the storage their items got.
+    get_lists: FxMap<u64, (Box<[u8]>, Span)>,
+    /// Memo slots stored over (a pickle may rebind one; Python's pickler never does):
+    /// the same get bytes then no longer mean the same items, so `get_lists` is cleared.
+    rebinds: u64,
     scratch: Vec<u8>,
     limits: Limits,
     op_at: u64,
@@ -686,7 +782,7 @@ fn code(opcode: &'static str, global: Option<String>, offset: u64) -> PickleErro
     }
 }
 
-impl<R: Read> Vm<R> {
+impl<S: Source> Vm<S> {
     fn malformed(&self, msg: impl Into<String>) -> PickleError {
         PickleError::Malformed {
             msg: msg.into(),
@@ -750,9 +846,14 @@ impl<R: Read> Vm<R> {
         if (SMALL_MIN..=SMALL_MAX).contains(&v) {
             return Ok(Handle::new(T_SMALL, (v as i32 as u32) & PAYLOAD));
         }
-        let i = self.index(self.out.ints.len())?;
-        self.out.ints.push(v);
-        Ok(Handle::new(T_INT, i))
+        if let Ok(v) = i64::try_from(v) {
+            let i = self.index(self.out.ints.len())?;
+            self.out.ints.push(v);
+            return Ok(Handle::new(T_INT, i));
+        }
+        let i = self.index(self.out.wides.len())?;
+        self.out.wides.push(v);
+        Ok(Handle::new(T_WIDE, i))
     }
 
     /// Little-endian two's-complement bytes (LONG1/LONG4).
@@ -907,6 +1008,24 @@ impl<R: Read> Vm<R> {
         r
     }
 
+    /// `MEMOIZE`: Python numbers entries by the memo's current size, which is the dense
+    /// memo's length unless the pickle also used `PUT`.
+    #[inline]
+    fn memoize(&mut self) -> Result<(), PickleError> {
+        let i = self.memo_count;
+        match self.stack.last() {
+            Some(&h)
+                if i == self.memo.len() as u64
+                    && self.marks.last().is_none_or(|&m| m < self.stack.len()) =>
+            {
+                self.memo.push(h);
+                self.memo_count += 1;
+                Ok(())
+            }
+            _ => self.memo_put(i),
+        }
+    }
+
     fn memo_put(&mut self, idx: u64) -> Result<(), PickleError> {
         let h = self.top("PUT")?;
         let i = idx as usize;
@@ -916,9 +1035,13 @@ impl<R: Read> Vm<R> {
             }
             if std::mem::replace(&mut self.memo[i], h) == UNSET {
                 self.memo_count += 1;
+            } else {
+                self.rebound();
             }
         } else if self.memo_sparse.insert(idx, h).is_none() {
             self.memo_count += 1;
+        } else {
+            self.rebound();
         }
         Ok(())
     }
@@ -945,48 +1068,10 @@ impl<R: Read> Vm<R> {
         Ok(())
     }
 
-    /// After a `BINGET`/`LONG_BINGET`: the rest of a run of them (a frame list is dozens
-    /// in a row), read straight from the buffer without going back to the dispatch. The
-    /// cursor and the stack stay in registers; anything unusual (a key only the sparse
-    /// memo has, or a missing one) goes back through [`Vm::memo_get`].
-    #[inline(always)]
-    fn memo_get_run(&mut self) -> Result<(), PickleError> {
-        let buf = &self.input.buf[..self.input.hi];
-        let memo = &self.memo[..];
-        let stack = &mut self.stack;
-        let mut lo = self.input.lo;
-        // Handles gather in a local batch, so the loop does not store and reload the
-        // stack's length for every item.
-        let mut batch = [UNSET; 32];
-        let mut k = 0;
-        let slow = loop {
-            let (idx, n) = match &buf[lo..] {
-                [b'j', a, b, c, d, ..] => (u32::from_le_bytes([*a, *b, *c, *d]) as usize, 5),
-                [b'h', a, ..] => (*a as usize, 2),
-                _ => break None,
-            };
-            match memo.get(idx) {
-                Some(&h) if h != UNSET => batch[k] = h,
-                _ => break Some((idx as u64, n)),
-            }
-            k += 1;
-            lo += n;
-            if k == batch.len() {
-                stack.extend_from_slice(&batch);
-                k = 0;
-            }
-        };
-        stack.extend_from_slice(&batch[..k]);
-        self.input.lo = lo;
-        match slow {
-            None => Ok(()),
-            Some((idx, n)) => {
-                self.op_at = self.input.pos();
-                self.input.lo += n;
-                self.memo_get(idx)?;
-                self.memo_get_run()
-            }
-        }
+    #[cold]
+    fn rebound(&mut self) {
+        self.rebinds += 1;
+        self.get_lists.clear();
     }
 
     fn append_to(
@@ -1067,6 +1152,12 @@ impl<R: Read> Vm<R> {
                 }
                 0x8a => {
                     let n = self.input.byte("LONG1")? as usize;
+                    if (1..=8).contains(&n) && self.input.peek_slice(n).is_some() {
+                        // Addresses and times: sign-extended straight from the buffer.
+                        let h = self.long1_short(n)?;
+                        self.push(h);
+                        continue;
+                    }
                     if n <= 16 {
                         // The common case (addresses, sizes, times): straight from the buffer.
                         if let Some(b) = self.input.peek_slice(n) {
@@ -1203,6 +1294,9 @@ impl<R: Read> Vm<R> {
                     self.push(h);
                 }
                 b']' => {
+                    if self.list_of_gets()? {
+                        continue;
+                    }
                     let h = self.container(T_LIST, self.stack.len())?;
                     self.push(h);
                 }
@@ -1289,11 +1383,7 @@ impl<R: Read> Vm<R> {
                     let i = u32::from_le_bytes(self.input.array("LONG_BINPUT")?) as u64;
                     self.memo_put(i)?;
                 }
-                0x94 => {
-                    // Python numbers MEMOIZE entries by the memo's current size.
-                    let i = self.memo_count;
-                    self.memo_put(i)?;
-                }
+                0x94 => self.memoize()?,
                 b'g' => {
                     self.read_line("GET")?;
                     let idx = self.line_index("GET")?;
@@ -1414,25 +1504,6 @@ impl<R: Read> Vm<R> {
             ))),
         }
     }
-}
-
-/// A hash of a list's items: four FxHash-style lanes, so the multiplications of one item
-/// do not wait for the previous item's.
-fn list_hash(items: &[Handle]) -> u64 {
-    const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
-    let mut lanes = [items.len() as u64, 1, 2, 3];
-    let mut quads = items.chunks_exact(4);
-    for q in &mut quads {
-        for (l, x) in lanes.iter_mut().zip(q) {
-            *l = (l.rotate_left(5) ^ x.0 as u64).wrapping_mul(K);
-        }
-    }
-    for (l, x) in lanes.iter_mut().zip(quads.remainder()) {
-        *l = (l.rotate_left(5) ^ x.0 as u64).wrapping_mul(K);
-    }
-    lanes
-        .iter()
-        .fold(0, |h, &l| (h.rotate_left(5) ^ l).wrapping_mul(K))
 }
 
 /// Decodes a protocol-0 `STRING` literal: `'...'` or `"..."` with Python escapes.
