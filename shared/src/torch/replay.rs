@@ -11,7 +11,9 @@
 use std::collections::BTreeMap;
 
 use super::sim::config::Config;
+use super::sim::pools::IntMap;
 use super::sim::rounding::{round_size, MIN_BLOCK, SMALL_BUFFER, SMALL_SIZE};
+use super::sim::sorted::SortedMap;
 use super::snapshot::{Action, Block, BlockState, PoolId, PoolKind, Segment, Snapshot, TraceEvent};
 
 #[derive(Clone, Debug)]
@@ -23,7 +25,7 @@ struct USeg {
     expandable: bool,
     stack: u32,
     /// Blocks by address: (size, state, requested, stack).
-    blocks: BTreeMap<u64, UBlock>,
+    blocks: SortedMap<u64, UBlock>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -58,7 +60,7 @@ pub fn reconstruct_start(
     trace: &[TraceEvent],
     cfg: &Config,
 ) -> Reconstruction {
-    let mut segs: BTreeMap<u64, USeg> = BTreeMap::new();
+    let mut segs = Segs::new();
     for s in final_segments {
         let blocks = s
             .blocks
@@ -91,7 +93,7 @@ pub fn reconstruct_start(
     let mut r = Reconstruction::default();
     // Blocks whose size undoing had to infer, until an `alloc` earlier in the trace shows
     // they were allocated inside it (address → took the whole free run).
-    let mut inferred: super::sim::pools::IntMap<u64, bool> = Default::default();
+    let mut inferred: IntMap<u64, bool> = Default::default();
     for (i, e) in trace.iter().enumerate().rev() {
         let res = match e.action {
             Action::Alloc => {
@@ -126,7 +128,7 @@ pub fn reconstruct_start(
         if s.pool != PoolKind::Large || s.expandable {
             continue;
         }
-        for ((&a, b), (_, n)) in s.blocks.iter().zip(s.blocks.iter().skip(1)) {
+        for ((a, b), (_, n)) in s.blocks.iter().zip(s.blocks.iter().skip(1)) {
             let splittable =
                 round_size(b.requested, &cfg.roundup_power2_divisions) < cfg.max_split_size;
             if b.state.is_active()
@@ -166,13 +168,17 @@ pub fn reconstruct_start(
     r
 }
 
-fn containing(segs: &mut BTreeMap<u64, USeg>, addr: u64) -> Option<(u64, &mut USeg)> {
-    let (&a, s) = segs.range_mut(..=addr).next_back()?;
+/// Segments by address. Lookups (one per trace entry) far outnumber segment events, so
+/// the sorted-`Vec` form is kept up to a few hundred segments.
+type Segs = SortedMap<u64, USeg, 512>;
+
+fn containing(segs: &mut Segs, addr: u64) -> Option<(u64, &mut USeg)> {
+    let (a, s) = segs.last_at_or_below_mut(&addr)?;
     (addr < a.saturating_add(s.size)).then_some((a, s))
 }
 
 fn block_containing(s: &USeg, addr: u64) -> Option<(u64, UBlock)> {
-    let (&a, &b) = s.blocks.range(..=addr).next_back()?;
+    let (a, &b) = s.blocks.last_at_or_below(&addr)?;
     (addr < a.saturating_add(b.size)).then_some((a, b))
 }
 
@@ -185,7 +191,7 @@ fn make_free(s: &mut USeg, addr: u64) {
     b.requested = 0;
     b.stack = 0;
     let mut start = addr;
-    if let Some((&pa, pb)) = s.blocks.range(..addr).next_back() {
+    if let Some((pa, pb)) = s.blocks.last_below(&addr) {
         if pb.state == BlockState::Inactive && pa + pb.size == addr {
             let ps = pb.size;
             s.blocks.remove(&pa);
@@ -203,7 +209,7 @@ fn make_free(s: &mut USeg, addr: u64) {
     s.blocks.insert(start, b);
 }
 
-fn undo_alloc(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result<(), String> {
+fn undo_alloc(segs: &mut Segs, e: &TraceEvent) -> Result<(), String> {
     let (_, s) = containing(segs, e.addr).ok_or("outside every segment")?;
     match s.blocks.get(&e.addr) {
         Some(b) if b.state == BlockState::ActiveAllocated => {
@@ -218,7 +224,7 @@ fn undo_alloc(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result<(), Stri
     }
 }
 
-fn undo_free_requested(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result<(), String> {
+fn undo_free_requested(segs: &mut Segs, e: &TraceEvent) -> Result<(), String> {
     let (_, s) = containing(segs, e.addr).ok_or("outside every segment")?;
     match s.blocks.get_mut(&e.addr) {
         Some(b) if b.state == BlockState::ActivePendingFree => {
@@ -235,10 +241,10 @@ fn undo_free_requested(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result
 
 /// Returns whether the block was given the whole free run.
 fn undo_free_completed(
-    segs: &mut BTreeMap<u64, USeg>,
+    segs: &mut Segs,
     e: &TraceEvent,
     cfg: &Config,
-    inferred: &mut super::sim::pools::IntMap<u64, bool>,
+    inferred: &mut IntMap<u64, bool>,
 ) -> Result<bool, String> {
     let (_, s) = containing(segs, e.addr).ok_or("outside every segment")?;
     let (fa, fb) = block_containing(s, e.addr).ok_or("no block here")?;
@@ -266,7 +272,7 @@ fn undo_free_completed(
         // A large-pool free block is always > 1 MiB. A smaller run left of this block is
         // the unsplit tail of the block before it, whose size was inferred as its rounded
         // request while the run still reached further (this block was free then).
-        let prev = s.blocks.range(..fa).next_back().map(|(&a, &b)| (a, b));
+        let prev = s.blocks.last_below(&fa).map(|(a, &b)| (a, b));
         match prev {
             Some((pa, pb))
                 if s.pool == PoolKind::Large
@@ -311,7 +317,7 @@ fn undo_free_completed(
     Ok(whole)
 }
 
-fn undo_segment_alloc(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result<(), String> {
+fn undo_segment_alloc(segs: &mut Segs, e: &TraceEvent) -> Result<(), String> {
     let s = segs.get(&e.addr).ok_or("no segment starts here")?;
     let whole_free = s.blocks.len() == 1
         && s.blocks
@@ -331,11 +337,7 @@ fn undo_segment_alloc(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result<
     }
 }
 
-fn undo_segment_free(
-    segs: &mut BTreeMap<u64, USeg>,
-    e: &TraceEvent,
-    cfg: &Config,
-) -> Result<(), String> {
+fn undo_segment_free(segs: &mut Segs, e: &TraceEvent, cfg: &Config) -> Result<(), String> {
     if let Some((a, _)) = containing(segs, e.addr) {
         return Err(format!("overlaps the live segment at {a:#x}"));
     }
@@ -344,7 +346,7 @@ fn undo_segment_free(
     } else {
         PoolKind::Large
     };
-    let mut blocks = BTreeMap::new();
+    let mut blocks = SortedMap::new();
     blocks.insert(
         e.addr,
         UBlock {
@@ -370,7 +372,7 @@ fn undo_segment_free(
 }
 
 /// Removes `[addr, addr + size)` (free) from the mapped range that holds it.
-fn undo_segment_map(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result<(), String> {
+fn undo_segment_map(segs: &mut Segs, e: &TraceEvent) -> Result<(), String> {
     let (sa, s) = containing(segs, e.addr).ok_or("outside every mapped range")?;
     if !s.expandable {
         return Err("maps into a segment that is not expandable".into());
@@ -404,8 +406,12 @@ fn undo_segment_map(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result<()
         );
     }
     let seg_end = sa + seg.size;
-    let before: BTreeMap<u64, UBlock> = seg.blocks.range(..e.addr).map(|(&a, &b)| (a, b)).collect();
-    let after: BTreeMap<u64, UBlock> = seg.blocks.range(end..).map(|(&a, &b)| (a, b)).collect();
+    let before: SortedMap<u64, UBlock> = seg
+        .blocks
+        .range_below(&e.addr)
+        .map(|(a, &b)| (a, b))
+        .collect();
+    let after: SortedMap<u64, UBlock> = seg.blocks.range_from(&end).map(|(a, &b)| (a, b)).collect();
     if e.addr > sa {
         segs.insert(
             sa,
@@ -430,22 +436,15 @@ fn undo_segment_map(segs: &mut BTreeMap<u64, USeg>, e: &TraceEvent) -> Result<()
 }
 
 /// Puts `[addr, addr + size)` back as a free mapped range, joining adjacent ranges.
-fn undo_segment_unmap(
-    segs: &mut BTreeMap<u64, USeg>,
-    e: &TraceEvent,
-    cfg: &Config,
-) -> Result<(), String> {
+fn undo_segment_unmap(segs: &mut Segs, e: &TraceEvent, cfg: &Config) -> Result<(), String> {
     if let Some((a, _)) = containing(segs, e.addr) {
         return Err(format!("overlaps the mapped range at {a:#x}"));
     }
     let end = e.addr.saturating_add(e.size);
     let prev = segs
-        .range(..e.addr)
-        .next_back()
-        .filter(|(&a, s)| {
-            a.saturating_add(s.size) == e.addr && s.expandable && s.stream == e.stream
-        })
-        .map(|(&a, s)| (a, s.pool, s.pool_id));
+        .last_below(&e.addr)
+        .filter(|(a, s)| a.saturating_add(s.size) == e.addr && s.expandable && s.stream == e.stream)
+        .map(|(a, s)| (a, s.pool, s.pool_id));
     let next = segs
         .get(&end)
         .filter(|s| s.expandable && s.stream == e.stream)
@@ -455,7 +454,7 @@ fn undo_segment_unmap(
         (None, None) if !e.size.is_multiple_of(cfg.large_segment_size) => (PoolKind::Small, (0, 0)),
         (None, None) => (PoolKind::Large, (0, 0)),
     };
-    let mut blocks = BTreeMap::new();
+    let mut blocks = SortedMap::new();
     blocks.insert(
         e.addr,
         UBlock {

@@ -13,6 +13,7 @@ pub mod config;
 pub mod expandable;
 pub mod pools;
 pub mod rounding;
+pub mod sorted;
 pub mod state;
 
 pub use address::{AddressSource, FirstFit};

@@ -5,9 +5,10 @@
 //! (stream, size, address) — `BlockComparatorSize` — and the unmapped blocks of expandable
 //! segments ordered by (stream, address) — `BlockComparatorAddress`.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
+use super::sorted::SortedMap;
 use crate::torch::snapshot::PoolId;
 
 /// "No block".
@@ -60,9 +61,9 @@ pub struct Lane {
     /// The stream.
     pub stream: u64,
     /// Free mapped blocks by (size, address), packed as `size << 64 | address`.
-    free: BTreeMap<u128, u32>,
+    free: SortedMap<u128, u32>,
     /// Unmapped blocks of expandable segments by address.
-    unmapped: BTreeMap<u64, u32>,
+    unmapped: SortedMap<u64, u32>,
 }
 
 #[inline]
@@ -117,8 +118,8 @@ impl Pool {
                     i,
                     Lane {
                         stream,
-                        free: BTreeMap::new(),
-                        unmapped: BTreeMap::new(),
+                        free: SortedMap::new(),
+                        unmapped: SortedMap::new(),
                     },
                 );
                 i
@@ -153,8 +154,8 @@ impl Pool {
     pub fn free_from(&self, stream: u64, size: u64) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
         self.lane(stream)
             .into_iter()
-            .flat_map(move |l| l.free.range(key(size, 0)..))
-            .map(|(&k, &id)| {
+            .flat_map(move |l| l.free.range_from(&key(size, 0)))
+            .map(|(k, &id)| {
                 let (s, a) = unkey(k);
                 (s, a, id)
             })
@@ -164,8 +165,8 @@ impl Pool {
     pub fn free_below(&self, stream: u64, size: u64) -> impl Iterator<Item = (u64, u64, u32)> + '_ {
         self.lane(stream)
             .into_iter()
-            .flat_map(move |l| l.free.range(..key(size, 0)).rev())
-            .map(|(&k, &id)| {
+            .flat_map(move |l| l.free.range_below(&key(size, 0)).rev())
+            .map(|(k, &id)| {
                 let (s, a) = unkey(k);
                 (s, a, id)
             })
