@@ -15,6 +15,7 @@ use super::replay::{reconstruct_start, Reconstruction};
 use super::sim::address::{AddressSource, FirstFit};
 use super::sim::allocator::{Allocator, Stats};
 use super::sim::config::{ConfError, Config, Version};
+use super::sim::pools::IntMap;
 use super::snapshot::{Action, PoolId, Segment, Snapshot};
 
 /// The first place where the simulator and the recording disagree.
@@ -244,7 +245,7 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
     let mut sim_allocs: Vec<(u64, u64)> = Vec::new();
     let mut sim_maps: Vec<(u64, u64)> = Vec::new();
     // Recorded address → simulator address, for blocks the simulator placed elsewhere.
-    let mut moved: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut moved: IntMap<u64, u64> = IntMap::default();
     let mismatch = |out: &mut DeviceVerify, m: Mismatch| {
         if out.first_mismatch.is_none() {
             out.first_mismatch = Some(m);
@@ -274,13 +275,14 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
                 let got = sim.malloc_in(pool, e.size, e.stream, &mut src);
                 sim_allocs.clear();
                 sim_maps.clear();
-                for x in sim.take_events() {
+                for x in sim.events() {
                     match x.action {
                         Action::SegmentAlloc => sim_allocs.push((x.addr, x.size)),
                         Action::SegmentMap => sim_maps.push((x.addr, x.size)),
                         _ => {}
                     }
                 }
+                sim.clear_events();
                 for (k, &(ra, rs)) in window_allocs.iter().enumerate() {
                     match sim_allocs.get(k) {
                         Some(&(_, ss)) if ss == rs => out.segment_size_matches += 1,
@@ -328,7 +330,7 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
                         } else if let Ok(b) = sim.malloc_in(pool, e.size, e.stream, &mut src) {
                             moved.insert(e.addr, b);
                         }
-                        sim.take_events();
+                        sim.clear_events();
                         mismatch(
                             &mut out,
                             Mismatch {
@@ -365,7 +367,7 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
                 if r.is_err() {
                     out.free_errors += 1;
                 }
-                sim.take_events();
+                sim.clear_events();
             }
             Action::SegmentFree => {
                 // Pages mapped by an attempt that then failed and freed the cache.
@@ -374,7 +376,7 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
                 if sim.release_segment_at(e.addr, &mut src) {
                     out.segment_release_matches += 1;
                 }
-                sim.take_events();
+                sim.clear_events();
             }
             Action::SegmentUnmap => {
                 apply_orphan_maps(&mut sim, &mut window_maps, &mut out, i);
@@ -382,7 +384,7 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
                 if sim.unmap_at(e.addr, &mut src) == e.size {
                     out.segment_release_matches += 1;
                 }
-                sim.take_events();
+                sim.clear_events();
             }
             Action::Oom => {
                 // A failed malloc: no block, but pages it mapped before giving up stay
@@ -402,7 +404,7 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
                     );
                 }
                 window_allocs.clear();
-                sim.take_events();
+                sim.clear_events();
             }
             Action::Snapshot | Action::UserDefined | Action::Other => {}
         }
@@ -436,7 +438,7 @@ fn apply_orphan_maps(
             });
         }
     }
-    sim.take_events();
+    sim.clear_events();
 }
 
 /// Equal segments and blocks (addresses, sizes, states, requested sizes of active blocks).

@@ -5,8 +5,6 @@
 //! `free_block`, `try_merge_blocks`, `garbage_collect_cached_blocks`) so the two can be read
 //! side by side. Expandable segments are in `expandable.rs`.
 
-use std::collections::BTreeMap;
-
 use super::address::AddressSource;
 use super::config::{Config, ExpandableSplit};
 use super::pools::{Arena, Block, IntMap, Pool, NIL};
@@ -133,7 +131,7 @@ pub struct Allocator {
     /// Active (allocated or pending-free) blocks by address.
     pub(super) live: IntMap<u64, u32>,
     /// `cudaMalloc` segments by address.
-    pub(super) segs: BTreeMap<u64, SegMeta>,
+    pub(super) segs: IntMap<u64, SegMeta>,
     pub(super) exps: Vec<Option<ExpSeg>>,
     pub(super) stats: Stats,
     /// `total_allocated_memory`: bytes currently obtained from the device.
@@ -155,7 +153,7 @@ impl Allocator {
             arena: Arena::default(),
             pools: vec![Pool::new(false, (0, 0)), Pool::new(true, (0, 0))],
             live: IntMap::default(),
-            segs: BTreeMap::new(),
+            segs: IntMap::default(),
             exps: Vec::new(),
             stats: Stats::default(),
             total: 0,
@@ -182,6 +180,19 @@ impl Allocator {
     /// Takes the recorded trace.
     pub fn take_events(&mut self) -> Vec<TraceEvent> {
         self.events.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// The trace recorded since it was last taken or cleared.
+    pub fn events(&self) -> &[TraceEvent] {
+        self.events.as_deref().unwrap_or(&[])
+    }
+
+    /// Forgets the recorded trace but keeps its buffer (cheaper than taking it when the
+    /// caller looks at a few events at a time).
+    pub fn clear_events(&mut self) {
+        if let Some(ev) = self.events.as_mut() {
+            ev.clear();
+        }
     }
 
     /// The effective `allowed_memory_maximum`, when a memory fraction is set.
@@ -785,19 +796,9 @@ impl Allocator {
             return false;
         }
         let size = round_size(orig, &self.cfg.roundup_power2_divisions);
-        let found = self
-            .arena
-            .iter()
-            .find(|(_, b)| {
-                b.is_free()
-                    && b.mapped
-                    && b.stream == stream
-                    && b.addr <= addr
-                    && addr.saturating_add(size) <= b.addr + b.size
-                    && (size <= SMALL_SIZE) == self.pools[b.pool as usize].small
-            })
-            .map(|(id, _)| id);
-        let Some(id) = found else { return false };
+        let Some(id) = self.free_block_holding(addr, size, stream) else {
+            return false;
+        };
         let b = self.arena.get(id).clone();
         self.remove_free(id);
         if addr > b.addr {
@@ -831,6 +832,39 @@ impl Allocator {
         let split = self.should_split(id, size);
         self.alloc_found_block(id, size, orig, stream, split);
         true
+    }
+
+    /// The free mapped block of `stream` that holds `[addr, addr + size)`, in a pool of the
+    /// size class of `size`; where several do (segments the recording placed on top of each
+    /// other), the lowest arena id.
+    fn free_block_holding(&self, addr: u64, size: u64, stream: u64) -> Option<u32> {
+        let small = size <= SMALL_SIZE;
+        let end = addr.saturating_add(size);
+        // Free mapped blocks are exactly those in the pools' free sets, and a block that
+        // holds `size` bytes is at least that big.
+        let found = self
+            .pools
+            .iter()
+            .filter(|p| p.small == small)
+            .flat_map(|p| p.free_from(stream, size))
+            .filter(|&(bsize, baddr, _)| baddr <= addr && end <= baddr + bsize)
+            .map(|(_, _, id)| id)
+            .min();
+        debug_assert_eq!(
+            found,
+            self.arena
+                .iter()
+                .find(|(_, b)| {
+                    b.is_free()
+                        && b.mapped
+                        && b.stream == stream
+                        && b.addr <= addr
+                        && end <= b.addr + b.size
+                        && small == self.pools[b.pool as usize].small
+                })
+                .map(|(id, _)| id)
+        );
+        found
     }
 
     /// Releases the cached `cudaMalloc` segment at `addr` if it is entirely free (used to

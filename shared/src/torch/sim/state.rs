@@ -261,7 +261,9 @@ impl Allocator {
                 blocks: Vec::new(),
             }
         };
-        for (&addr, meta) in &self.segs {
+        let mut segs: Vec<(u64, SegMeta)> = self.segs.iter().map(|(&a, &m)| (a, m)).collect();
+        segs.sort_unstable_by_key(|&(a, _)| a);
+        for (addr, meta) in segs {
             let mut seg = seg_of(meta.pool, meta.stream, false, addr);
             let mut id = by_addr.get(&addr).copied().unwrap_or(NIL);
             while id != NIL {
