@@ -344,6 +344,8 @@ pub fn decode(p: &Pickle) -> Result<Snapshot, ImportError> {
         ids: vec![NO_ID; p.container_count()],
         str_class: vec![0; p.string_count()],
         by_items: FxMap::default(),
+        entry_keys: Vec::new(),
+        entry_classes: Vec::new(),
         scratch: Vec::new(),
         legacy_history: false,
     };
@@ -438,6 +440,9 @@ struct Decoder<'p> {
     str_class: Vec<u8>,
     /// The stack made from each list storage ([`Pickle::items_key`]).
     by_items: FxMap<(u32, u32, u32), StackId>,
+    /// The keys of the last trace entry decoded, and their [`classify`] codes.
+    entry_keys: Vec<Handle>,
+    entry_classes: Vec<u8>,
     scratch: Vec<FrameId>,
     legacy_history: bool,
 }
@@ -681,9 +686,24 @@ impl Decoder<'_> {
         };
         let (mut action, mut addr, mut dfree, mut size, mut stream, mut time, mut frames) =
             (None, None, None, None, None, None, None);
-        for kv in items.chunks_exact(2) {
+        // Entries repeat one key order: classify the keys once per order, not per entry.
+        let same_keys = items.len() == 2 * self.entry_keys.len()
+            && items
+                .chunks_exact(2)
+                .zip(&self.entry_keys)
+                .all(|(kv, k)| kv[0] == *k);
+        if !same_keys {
+            self.entry_keys.clear();
+            self.entry_classes.clear();
+            for kv in items.chunks_exact(2) {
+                self.entry_keys.push(kv[0]);
+                let c = self.class(kv[0]);
+                self.entry_classes.push(c);
+            }
+        }
+        for (kv, &class) in items.chunks_exact(2).zip(&self.entry_classes) {
             let v = kv[1];
-            match self.class(kv[0]) {
+            match class {
                 K_ACTION => action = Some(v),
                 K_ADDR => addr = Some(v),
                 K_DEVICE_FREE => dfree = Some(v),
