@@ -3,6 +3,7 @@
 //! applies records, "fragprobe-rewind" builds the model at the time cursor,
 //! "fragprobe-nvml" samples NVML. The viewer only reads what they publish.
 
+pub mod allocator;
 pub mod blocks;
 pub mod crosscheck;
 pub mod feed;

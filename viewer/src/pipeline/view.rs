@@ -466,7 +466,7 @@ pub fn compare_run(head: &Head, name: &str, loading: bool, buckets: usize) -> co
             .or(l.devices.first());
         run.allocator = d
             .map(|d| {
-                crate::gui::allocator::rows(d)
+                super::allocator::rows(d)
                     .into_iter()
                     .map(|(label, value, _)| (label, value))
                     .collect()
