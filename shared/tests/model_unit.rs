@@ -845,7 +845,7 @@ fn samples_update_the_device() {
         (Some(700), Some(1000), Some(900))
     );
     assert_eq!(s.nvml_process_used, None);
-    let d = m.devices()[0].series();
+    let d = m.devices()[0].own_series();
     assert_eq!(d.get(Metric::NvmlUsed).last_value(), Some(900.0));
     assert_eq!(d.get(Metric::DriverUsed).last_value(), Some(300.0));
 }

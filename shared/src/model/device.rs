@@ -136,10 +136,11 @@ impl Device {
     pub fn summary(&self) -> &Summary {
         &self.summary
     }
-    /// The device's own time series. Its arena metrics (largest free, total free, ratio)
-    /// are empty here while the device shares them with its only space: read the device's
+    /// The series the device records itself: live, mapped, reserved, NVML and driver
+    /// figures. Its arena metrics (largest free, total free, ratio) are empty here while
+    /// the device shares them with its only space, hence the name: read all of a device's
     /// series through [`Model::device_series`](super::Model::device_series).
-    pub fn series(&self) -> &SeriesSet {
+    pub fn own_series(&self) -> &SeriesSet {
         &self.series
     }
     /// The spaces on this device.

@@ -154,7 +154,7 @@ fn capture_failure(
 /// model only knows from a `cuMemGetInfo` before its description arrived is left out.)
 fn active(rp: &Replayed, dev: &fragprobe_shared::model::Device) -> bool {
     dev.summary().peak_live > 0
-        || !dev.series().get(Metric::NvmlUsed).is_empty()
+        || !dev.own_series().get(Metric::NvmlUsed).is_empty()
         || rp.failures.iter().any(|f| f.device == dev.id())
 }
 
@@ -216,12 +216,12 @@ pub fn from_trace(path: &Path, gpus: &[u32]) -> Result<Vec<DeviceEvidence>, (u8,
         let id = dev.id();
         let mine: Vec<&SeenFailure> = rp.failures.iter().filter(|f| f.device == id).collect();
         let live: Vec<(u64, u64)> = dev
-            .series()
+            .own_series()
             .get(Metric::Live)
             .points()
             .map(|b| (b.t, b.min.max(0.0) as u64))
             .collect();
-        let nvml = dev.series().get(Metric::NvmlUsed);
+        let nvml = dev.own_series().get(Metric::NvmlUsed);
         let unfreed: u64 = dev
             .spaces()
             .filter_map(|s| m.space(s))
@@ -300,13 +300,13 @@ pub fn chart_from_trace(
         }
         let total = capacity(m, dev.id()).map(|t| t as f64);
         let idx = series.len();
-        let live = dev.series().get(Metric::Live);
+        let live = dev.own_series().get(Metric::Live);
         series.push(Series {
             label: format!("{} live bytes", title(m, dev.id())),
             points: step_points(live.points().map(|b| (secs(b.t), b.max, b.last))),
             total,
         });
-        let nvml = dev.series().get(Metric::NvmlUsed);
+        let nvml = dev.own_series().get(Metric::NvmlUsed);
         if !nvml.is_empty() {
             series.push(Series {
                 label: format!("GPU {ord} NVML used"),

@@ -389,7 +389,7 @@ pub fn timeline(head: &Head, space: SpaceKey, merged: bool, buckets: usize) -> T
         ));
     }
     if let Some(d) = sc.device {
-        let nv = d.series().get(Metric::NvmlUsed);
+        let nv = d.own_series().get(Metric::NvmlUsed);
         if !nv.is_empty() {
             input.bytes.push(curve(
                 nv,
