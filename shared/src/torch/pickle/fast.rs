@@ -12,6 +12,15 @@ impl<S: Source> Vm<S> {
     /// memo has, or a missing one) goes back through [`Vm::memo_get`].
     #[inline(always)]
     pub(super) fn memo_get_run(&mut self) -> Result<(), PickleError> {
+        // Most gets stand alone (a dict key before its value): check before any set-up.
+        match self.input.bytes()[..self.input.hi].get(self.input.lo) {
+            Some(b'h' | b'j') => self.memo_get_run_long(),
+            _ => Ok(()),
+        }
+    }
+
+    #[inline(never)]
+    fn memo_get_run_long(&mut self) -> Result<(), PickleError> {
         let buf = &self.input.bytes()[..self.input.hi];
         let memo = &self.memo[..];
         let stack = &mut self.stack;

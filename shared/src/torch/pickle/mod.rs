@@ -1141,14 +1141,13 @@ impl<S: Source> Vm<S> {
                     self.push(h);
                 }
                 b'K' => {
+                    // 0..=255 and 0..=65535 always fit in a handle.
                     let v = self.input.byte("BININT1")?;
-                    let h = self.int(v as i128)?;
-                    self.push(h);
+                    self.push(Handle::new(T_SMALL, v as u32));
                 }
                 b'M' => {
                     let v = u16::from_le_bytes(self.input.array("BININT2")?);
-                    let h = self.int(v as i128)?;
-                    self.push(h);
+                    self.push(Handle::new(T_SMALL, v as u32));
                 }
                 0x8a => {
                     let n = self.input.byte("LONG1")? as usize;
