@@ -142,7 +142,7 @@ pub fn reconstruct_start(
         }
     }
     r.segments = segs
-        .into_iter()
+        .into_sorted()
         .map(|(addr, s)| Segment {
             device: final_segments.first().map_or(0, |f| f.device),
             address: addr,
@@ -168,13 +168,114 @@ pub fn reconstruct_start(
     r
 }
 
-/// Segments by address. Lookups (one per trace entry) far outnumber segment events, so
-/// the sorted-`Vec` form is kept up to a few hundred segments.
-type Segs = SortedMap<u64, USeg, 512>;
+/// Segments by address: an ordered index (address → slot) over a slab. Every trace entry
+/// looks its segment up, so the index bisected is dense (16-byte entries, kept flat up to a
+/// few hundred segments), and a segment discarded by an undone `segment_alloc` leaves its
+/// block buffer for the next undone `segment_free`.
+#[derive(Default)]
+struct Segs {
+    index: SortedMap<u64, u32, 512>,
+    slab: Vec<USeg>,
+    spare: Vec<u32>,
+    spare_blocks: Vec<SortedMap<u64, UBlock>>,
+    /// The segment the last lookup found (address, slot) and the end of the addresses it
+    /// answers for (its end, or the next segment's start if sooner): consecutive entries
+    /// often fall in the same segment. Cleared whenever the index changes.
+    finger: Option<(u64, u64, u32)>,
+}
+
+impl Segs {
+    fn new() -> Segs {
+        Segs::default()
+    }
+
+    fn get(&self, addr: &u64) -> Option<&USeg> {
+        self.index.get(addr).map(|&i| &self.slab[i as usize])
+    }
+
+    /// The segment holding `addr`.
+    fn containing(&mut self, addr: u64) -> Option<(u64, &mut USeg)> {
+        if let Some((a, end, i)) = self.finger {
+            if a <= addr && addr < end {
+                return Some((a, &mut self.slab[i as usize]));
+            }
+        }
+        let (a, &i) = self.index.last_at_or_below(&addr)?;
+        let mut end = a.saturating_add(self.slab[i as usize].size);
+        if addr >= end {
+            return None;
+        }
+        if let Some((next, _)) = self.index.first_above(&a) {
+            end = end.min(next);
+        }
+        self.finger = Some((a, end, i));
+        Some((a, &mut self.slab[i as usize]))
+    }
+
+    fn last_below(&self, addr: &u64) -> Option<(u64, &USeg)> {
+        let (a, &i) = self.index.last_below(addr)?;
+        Some((a, &self.slab[i as usize]))
+    }
+
+    /// Sets the segment at `addr` (replacing one already there).
+    fn insert(&mut self, addr: u64, seg: USeg) {
+        self.finger = None;
+        if let Some(&i) = self.index.get(&addr) {
+            self.slab[i as usize] = seg;
+        } else if let Some(i) = self.spare.pop() {
+            self.slab[i as usize] = seg;
+            self.index.insert(addr, i);
+        } else {
+            self.slab.push(seg);
+            self.index.insert(addr, (self.slab.len() - 1) as u32);
+        }
+    }
+
+    fn remove(&mut self, addr: &u64) -> Option<USeg> {
+        self.finger = None;
+        let i = self.index.remove(addr)?;
+        self.spare.push(i);
+        let empty = USeg {
+            blocks: SortedMap::new(),
+            ..self.slab[i as usize]
+        };
+        Some(std::mem::replace(&mut self.slab[i as usize], empty))
+    }
+
+    /// Removes the segment at `addr`, keeping its block buffer for [`Segs::fresh_blocks`].
+    fn discard(&mut self, addr: &u64) {
+        self.finger = None;
+        if let Some(i) = self.index.remove(addr) {
+            self.spare.push(i);
+            let mut blocks = std::mem::take(&mut self.slab[i as usize].blocks);
+            blocks.clear();
+            self.spare_blocks.push(blocks);
+        }
+    }
+
+    /// An empty block map, reusing a discarded segment's buffer when there is one.
+    fn fresh_blocks(&mut self) -> SortedMap<u64, UBlock> {
+        self.spare_blocks.pop().unwrap_or_default()
+    }
+
+    fn values(&self) -> impl Iterator<Item = &USeg> + '_ {
+        self.index.values().map(|&i| &self.slab[i as usize])
+    }
+
+    fn into_sorted(mut self) -> impl Iterator<Item = (u64, USeg)> {
+        let slots: Vec<(u64, u32)> = self.index.iter().map(|(a, &i)| (a, i)).collect();
+        slots.into_iter().map(move |(a, i)| {
+            let empty = USeg {
+                blocks: SortedMap::new(),
+                ..self.slab[i as usize]
+            };
+            (a, std::mem::replace(&mut self.slab[i as usize], empty))
+        })
+    }
+}
 
 fn containing(segs: &mut Segs, addr: u64) -> Option<(u64, &mut USeg)> {
-    let (a, s) = segs.last_at_or_below_mut(&addr)?;
-    (addr < a.saturating_add(s.size)).then_some((a, s))
+    segs.containing(addr)
 }
 
 fn block_containing(s: &USeg, addr: u64) -> Option<(u64, UBlock)> {
@@ -183,30 +284,43 @@ fn block_containing(s: &USeg, addr: u64) -> Option<(u64, UBlock)> {
 }
 
 /// Frees the block at `addr` and merges it with free neighbours.
+///
+/// The merged block keeps the lowest address, so it is updated where it stands and only
+/// the absorbed neighbours leave the map.
 fn make_free(s: &mut USeg, addr: u64) {
-    let Some(mut b) = s.blocks.remove(&addr) else {
+    let Some(&b) = s.blocks.get(&addr) else {
         return;
     };
-    b.state = BlockState::Inactive;
-    b.requested = 0;
-    b.stack = 0;
+    let prev = s
+        .blocks
+        .last_below(&addr)
+        .filter(|(pa, pb)| pb.state == BlockState::Inactive && pa + pb.size == addr)
+        .map(|(pa, pb)| (pa, pb.size));
+    let next = addr + b.size;
+    let next_size = s
+        .blocks
+        .get(&next)
+        .filter(|nb| nb.state == BlockState::Inactive)
+        .map(|nb| nb.size);
+    let mut merged = UBlock {
+        size: b.size,
+        state: BlockState::Inactive,
+        requested: 0,
+        stack: 0,
+    };
     let mut start = addr;
-    if let Some((pa, pb)) = s.blocks.last_below(&addr) {
-        if pb.state == BlockState::Inactive && pa + pb.size == addr {
-            let ps = pb.size;
-            s.blocks.remove(&pa);
-            start = pa;
-            b.size += ps;
-        }
+    if let Some((pa, ps)) = prev {
+        s.blocks.remove(&addr);
+        start = pa;
+        merged.size += ps;
     }
-    let next = start + b.size;
-    if let Some(nb) = s.blocks.get(&next).copied() {
-        if nb.state == BlockState::Inactive {
-            s.blocks.remove(&next);
-            b.size += nb.size;
-        }
+    if let Some(ns) = next_size {
+        s.blocks.remove(&next);
+        merged.size += ns;
     }
-    s.blocks.insert(start, b);
+    if let Some(slot) = s.blocks.get_mut(&start) {
+        *slot = merged;
+    }
 }
 
 fn undo_alloc(segs: &mut Segs, e: &TraceEvent) -> Result<(), String> {
@@ -266,8 +380,19 @@ fn undo_free_completed(
     if whole {
         size = fend - e.addr;
     }
-    s.blocks.remove(&fa);
-    if e.addr > fa {
+    // The free block's entry at `fa` is kept for whichever block starts there afterwards
+    // (its left part, or this one), so the map shifts only for the blocks added after it.
+    let pending = UBlock {
+        size,
+        state: BlockState::ActivePendingFree,
+        requested: e.size,
+        stack: e.stack,
+    };
+    if e.addr == fa {
+        if let Some(slot) = s.blocks.get_mut(&fa) {
+            *slot = pending;
+        }
+    } else {
         let left = e.addr - fa;
         // A large-pool free block is always > 1 MiB. A smaller run left of this block is
         // the unsplit tail of the block before it, whose size was inferred as its rounded
@@ -282,6 +407,7 @@ fn undo_free_completed(
                     && pb.state.is_active()
                     && inferred.contains_key(&pa) =>
             {
+                s.blocks.remove(&fa);
                 s.blocks.insert(
                     pa,
                     UBlock {
@@ -292,19 +418,13 @@ fn undo_free_completed(
                 inferred.insert(pa, true);
             }
             _ => {
-                s.blocks.insert(fa, UBlock { size: left, ..fb });
+                if let Some(slot) = s.blocks.get_mut(&fa) {
+                    slot.size = left;
+                }
             }
         }
+        s.blocks.insert(e.addr, pending);
     }
-    s.blocks.insert(
-        e.addr,
-        UBlock {
-            size,
-            state: BlockState::ActivePendingFree,
-            requested: e.size,
-            stack: e.stack,
-        },
-    );
     if e.addr + size < fend {
         s.blocks.insert(
             e.addr + size,
@@ -329,7 +449,7 @@ fn undo_segment_alloc(segs: &mut Segs, e: &TraceEvent) -> Result<(), String> {
             s.size, e.size
         ));
     }
-    segs.remove(&e.addr);
+    segs.discard(&e.addr);
     if whole_free {
         Ok(())
     } else {
@@ -346,7 +466,7 @@ fn undo_segment_free(segs: &mut Segs, e: &TraceEvent, cfg: &Config) -> Result<()
     } else {
         PoolKind::Large
     };
-    let mut blocks = SortedMap::new();
+    let mut blocks = segs.fresh_blocks();
     blocks.insert(
         e.addr,
         UBlock {

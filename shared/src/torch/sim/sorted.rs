@@ -83,6 +83,14 @@ impl<K: Ord + Copy, V, const SPILL: usize> SortedMap<K, V, SPILL> {
         self.len() == 0
     }
 
+    /// Removes every entry (a flat map keeps its buffer).
+    pub fn clear(&mut self) {
+        match &mut self.repr {
+            Repr::Flat(v) => v.clear(),
+            Repr::Tree(_) => self.repr = Repr::Flat(Vec::new()),
+        }
+    }
+
     /// The value at `k`.
     #[inline]
     pub fn get(&self, k: &K) -> Option<&V> {
@@ -190,6 +198,12 @@ impl<K: Ord + Copy, V, const SPILL: usize> SortedMap<K, V, SPILL> {
     #[inline]
     pub fn range_to(&self, k: &K) -> Iter<'_, K, V> {
         self.range(Bound::Unbounded, Bound::Included(k))
+    }
+
+    /// The entry with the smallest key > `k`.
+    #[inline]
+    pub fn first_above(&self, k: &K) -> Option<(K, &V)> {
+        self.range(Bound::Excluded(k), Bound::Unbounded).next()
     }
 
     /// The entry with the largest key ≤ `k`.
@@ -314,6 +328,10 @@ mod tests {
             assert_eq!(
                 m.last_at_or_below(&k).map(|(a, b)| (a, *b)),
                 t.range(..=k).next_back().map(|(a, b)| (*a, *b))
+            );
+            assert_eq!(
+                m.first_above(&k).map(|(a, b)| (a, *b)),
+                t.range(k + 1..).next().map(|(a, b)| (*a, *b))
             );
             assert_eq!(
                 m.last_below(&k).map(|(a, b)| (a, *b)),
