@@ -229,3 +229,28 @@ fn capacity_turns_into_ooms_and_retries() {
     assert!(p.stats.alloc_retries > 0 || p.stats.ooms > 0);
     assert!(p.peak.peak_reserved <= peak / 10 * 9);
 }
+
+/// A trace long enough to be decoded in two halves on two threads decodes as one pass
+/// does: a real trace repeated 30 times (155 k entries) gives every repetition the very
+/// events of the original, stack ids included (ids follow first appearance).
+#[test]
+fn long_traces_decode_in_halves_like_one_pass() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures/pytorch-snapshots");
+    let one = load_snapshot(&dir.join("MAGMA27__memory_snapshot.pickle")).unwrap();
+    let n = one.traces[0].len();
+    let mut tiled = one.clone();
+    for _ in 1..30 {
+        tiled.traces[0].extend_from_slice(&one.traces[0]);
+    }
+    let bytes = write_snapshot_pickle(Vec::new(), &tiled).unwrap();
+    let back = read_snapshot(&bytes[..]).unwrap();
+    assert_eq!(back.traces[0].len(), 30 * n);
+    let first = write_snapshot_pickle(Vec::new(), &one).unwrap();
+    let one_back = read_snapshot(&first[..]).unwrap();
+    for (i, ev) in back.traces[0].iter().enumerate() {
+        assert_eq!(*ev, one_back.traces[0][i % n], "entry {i}");
+    }
+    assert_eq!(back.stacks.stack_count(), one_back.stacks.stack_count());
+    assert_eq!(back.stacks.frame_count(), one_back.stacks.frame_count());
+}

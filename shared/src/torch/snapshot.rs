@@ -338,17 +338,7 @@ pub fn load_snapshot(path: &Path) -> Result<Snapshot, ImportError> {
 
 /// Decodes a snapshot from an already-read pickle.
 pub fn decode(p: &Pickle) -> Result<Snapshot, ImportError> {
-    let mut d = Decoder {
-        p,
-        stacks: Stacks::default(),
-        ids: vec![NO_ID; p.container_count()],
-        str_class: vec![0; p.string_count()],
-        by_items: FxMap::default(),
-        entry_keys: Vec::new(),
-        entry_classes: Vec::new(),
-        scratch: Vec::new(),
-        legacy_history: false,
-    };
+    let mut d = Decoder::new(p);
     let root = p.root();
     let (layout, seg_list, traces_h, settings_h, annotations) = match p.view(root) {
         Val::Dict(_) => {
@@ -395,12 +385,8 @@ pub fn decode(p: &Pickle) -> Result<Snapshot, ImportError> {
                 let entries = p
                     .seq(dt)
                     .ok_or_else(|| shape(format!("device_traces[{dev}] is not a list")))?;
-                let mut out = Vec::with_capacity(entries.len());
-                for (j, &e) in entries.iter().enumerate() {
-                    let ev = d.event(e, dev, j)?;
-                    has_time |= ev.time_us.is_some();
-                    out.push(ev);
-                }
+                let out = d.events(entries, dev)?;
+                has_time |= out.iter().any(|ev| ev.time_us.is_some());
                 traces.push(out);
             }
         }
@@ -447,7 +433,80 @@ struct Decoder<'p> {
     legacy_history: bool,
 }
 
-impl Decoder<'_> {
+/// Traces longer than this are decoded in two halves on two threads.
+const PARALLEL_EVENTS: usize = 1 << 17;
+
+impl<'p> Decoder<'p> {
+    fn new(p: &'p Pickle) -> Self {
+        Decoder {
+            p,
+            stacks: Stacks::default(),
+            ids: vec![NO_ID; p.container_count()],
+            str_class: vec![0; p.string_count()],
+            by_items: FxMap::default(),
+            entry_keys: Vec::new(),
+            entry_classes: Vec::new(),
+            scratch: Vec::new(),
+            legacy_history: false,
+        }
+    }
+
+    /// The events of device `dev`'s trace. A long trace's second half is decoded on a
+    /// second thread with its own stack table, whose stacks are then interned here in
+    /// their order of first appearance: ids and events come out exactly as one pass makes
+    /// them, and the first malformed entry is still the one reported.
+    fn events(&mut self, entries: &[Handle], dev: usize) -> Result<Vec<TraceEvent>, ImportError> {
+        let two = std::thread::available_parallelism().is_ok_and(|n| n.get() > 1);
+        if entries.len() < PARALLEL_EVENTS || !two {
+            return self.events_from(entries, dev, 0);
+        }
+        let mid = entries.len() / 2;
+        let p = self.p;
+        let (first, second) = std::thread::scope(|s| {
+            let half = s.spawn(move || {
+                let mut d = Decoder::new(p);
+                let evs = d.events_from(&entries[mid..], dev, mid);
+                (evs, d.stacks)
+            });
+            let first = self.events_from(&entries[..mid], dev, 0);
+            (first, half.join())
+        });
+        let mut out = first?;
+        let (second, stacks) = match second {
+            Ok(r) => r,
+            // The half only decodes; a panic there is a bug: decode in one pass instead.
+            Err(_) => return self.events_from(entries, dev, 0),
+        };
+        let mut second = second?;
+        let remap: Vec<StackId> = (0..stacks.stack_count() as StackId)
+            .map(|id| {
+                let frames: Vec<FrameId> = stacks
+                    .frames(id)
+                    .map(|f| self.stacks.frame(f.clone()))
+                    .collect();
+                self.stacks.stack(&frames)
+            })
+            .collect();
+        for ev in &mut second {
+            ev.stack = remap[ev.stack as usize];
+        }
+        out.append(&mut second);
+        Ok(out)
+    }
+
+    fn events_from(
+        &mut self,
+        entries: &[Handle],
+        dev: usize,
+        first: usize,
+    ) -> Result<Vec<TraceEvent>, ImportError> {
+        let mut out = Vec::with_capacity(entries.len());
+        for (j, &e) in entries.iter().enumerate() {
+            out.push(self.event(e, dev, first + j)?);
+        }
+        Ok(out)
+    }
+
     fn int_field(
         &self,
         h: Handle,
