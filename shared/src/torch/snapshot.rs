@@ -579,6 +579,10 @@ impl<'p> Decoder<'p> {
 
     fn stack_of(&mut self, frames: Option<Handle>) -> StackId {
         let Some(fl) = frames else { return EMPTY_STACK };
+        // No context recorded (`frames: []`): nothing to look up or remember.
+        if self.p.seq(fl).is_some_and(|items| items.is_empty()) {
+            return EMPTY_STACK;
+        }
         let (cid, made) = self.made_from(fl);
         if let Some(id) = made {
             return id;
