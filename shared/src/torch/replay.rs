@@ -200,12 +200,13 @@ impl Segs {
                 return Some((a, &mut self.slab[i as usize]));
             }
         }
-        let (a, &i) = self.index.last_at_or_below(&addr)?;
+        let (lo, hi) = self.index.around(&addr);
+        let (a, &i) = lo?;
         let mut end = a.saturating_add(self.slab[i as usize].size);
         if addr >= end {
             return None;
         }
-        if let Some((next, _)) = self.index.first_above(&a) {
+        if let Some((next, _)) = hi {
             end = end.min(next);
         }
         self.finger = Some((a, end, i));

@@ -200,6 +200,20 @@ impl<K: Ord + Copy, V, const SPILL: usize> SortedMap<K, V, SPILL> {
         self.range(Bound::Unbounded, Bound::Included(k))
     }
 
+    /// The entries with the largest key ≤ `k` and with the smallest key > `k`, found with
+    /// one search.
+    #[inline]
+    pub fn around(&self, k: &K) -> (Option<(K, &V)>, Option<(K, &V)>) {
+        match &self.repr {
+            Repr::Flat(v) => {
+                let i = v.partition_point(|e| e.0 <= *k);
+                let at = |j: usize| v.get(j).map(|e| (e.0, &e.1));
+                (i.checked_sub(1).and_then(at), at(i))
+            }
+            Repr::Tree(_) => (self.last_at_or_below(k), self.first_above(k)),
+        }
+    }
+
     /// The entry with the smallest key > `k`.
     #[inline]
     pub fn first_above(&self, k: &K) -> Option<(K, &V)> {
@@ -333,6 +347,9 @@ mod tests {
                 m.first_above(&k).map(|(a, b)| (a, *b)),
                 t.range(k + 1..).next().map(|(a, b)| (*a, *b))
             );
+            let (lo, hi) = m.around(&k);
+            assert_eq!(lo, m.last_at_or_below(&k));
+            assert_eq!(hi, m.first_above(&k));
             assert_eq!(
                 m.last_below(&k).map(|(a, b)| (a, *b)),
                 t.range(..k).next_back().map(|(a, b)| (*a, *b))
