@@ -218,7 +218,8 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
             return out;
         }
     };
-    sim.record_events(true);
+    // Only the segments an allocation made are compared with the recording.
+    sim.record_segment_events();
     // Private (CUDA-graph) pools: the trace does not say which allocations were made during
     // capture, so an allocation is routed to the pool of the segment that holds its address.
     let mut pools: BTreeMap<u64, (u64, PoolId)> = BTreeMap::new();

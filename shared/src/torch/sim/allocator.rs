@@ -138,6 +138,8 @@ pub struct Allocator {
     pub(super) total: u64,
     pub(super) allowed_max: Option<u64>,
     pub(super) events: Option<Vec<TraceEvent>>,
+    /// Record only segment events (`segment_alloc/free/map/unmap`).
+    pub(super) segment_events_only: bool,
 }
 
 impl Allocator {
@@ -159,6 +161,7 @@ impl Allocator {
             total: 0,
             allowed_max,
             events: None,
+            segment_events_only: false,
         }
     }
 
@@ -175,6 +178,15 @@ impl Allocator {
     /// Starts (or stops) keeping a trace of what the allocator does, in snapshot terms.
     pub fn record_events(&mut self, on: bool) {
         self.events = if on { Some(Vec::new()) } else { None };
+        self.segment_events_only = false;
+    }
+
+    /// Starts keeping a trace of only the segment events (`segment_alloc`,
+    /// `segment_free`, `segment_map`, `segment_unmap`): what a caller that follows the
+    /// allocator's device calls needs, without an entry per malloc and free.
+    pub fn record_segment_events(&mut self) {
+        self.events = Some(Vec::new());
+        self.segment_events_only = true;
     }
 
     /// Takes the recorded trace.
@@ -200,8 +212,20 @@ impl Allocator {
         self.allowed_max
     }
 
+    #[inline]
     pub(super) fn event(&mut self, action: Action, addr: u64, size: u64, stream: u64) {
         if let Some(ev) = self.events.as_mut() {
+            if self.segment_events_only
+                && !matches!(
+                    action,
+                    Action::SegmentAlloc
+                        | Action::SegmentFree
+                        | Action::SegmentMap
+                        | Action::SegmentUnmap
+                )
+            {
+                return;
+            }
             ev.push(TraceEvent {
                 action,
                 addr,
