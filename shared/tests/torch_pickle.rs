@@ -292,3 +292,30 @@ fn slice_and_reader_inputs_agree() {
         assert!(a.event_count() > 1000, "{name}");
     }
 }
+
+/// Two lists written with the very same get bytes mean different items when the memo slot
+/// they name was stored over in between (Python's pickler never does that, a crafted file
+/// can): the second list must not reuse the first one's items.
+#[test]
+fn equal_get_bytes_after_a_rebinding_read_the_new_items() {
+    let mut b = vec![0x80, 4];
+    b.extend([0x8c, 1, b'x', 0x94, 0x30]); // memo 0 = "x"
+    b.extend([0x8c, 1, b'y', 0x94, 0x30]); // memo 1 = "y"
+    b.push(b'('); // MARK for the outer list
+    let list = [b']', 0x94, b'(', b'h', 0, b'h', 1, b'e'];
+    b.extend(list); // [x, y]
+    b.extend([0x8c, 1, b'z', b'q', 0, 0x30]); // BINPUT 0 = "z": slot 0 rebound
+    b.extend(list); // the same bytes: now [z, y]
+    b.extend([b'l', b'.']);
+    let p = read_pickle_bytes(&b).unwrap();
+    let outer = p.seq(p.root()).unwrap().to_vec();
+    let strs = |h| -> Vec<String> {
+        p.seq(h)
+            .unwrap()
+            .iter()
+            .map(|&x| p.str(x).unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(strs(outer[0]), ["x", "y"]);
+    assert_eq!(strs(outer[1]), ["z", "y"]);
+}

@@ -532,7 +532,6 @@ fn run_vm<S: Source>(input: Input<S>, limits: Limits) -> Result<Pickle, PickleEr
         interned: HashMap::new(),
         lists: FxMap::default(),
         get_lists: FxMap::default(),
-        rebinds: 0,
         scratch: Vec::new(),
         limits,
         op_at: 0,
@@ -764,11 +763,10 @@ struct Vm<S> {
     /// The storage of each distinct list content seen, by [`list_hash`].
     lists: FxMap<u64, Span>,
     /// Lists written as `EMPTY_LIST MEMOIZE MARK (BINGET|LONG_BINGET)… APPENDS`, by a hash
-    /// of their get opcodes' bytes: the bytes, and the storage their items got.
+    /// of their get opcodes' bytes: the bytes, and the storage their items got. Emptied
+    /// when a memo slot is stored over (a crafted pickle may rebind one; Python's pickler
+    /// never does): the same get bytes then no longer mean the same items.
     get_lists: FxMap<u64, (Box<[u8]>, Span)>,
-    /// Memo slots stored over (a pickle may rebind one; Python's pickler never does):
-    /// the same get bytes then no longer mean the same items, so `get_lists` is cleared.
-    rebinds: u64,
     scratch: Vec<u8>,
     limits: Limits,
     op_at: u64,
@@ -1068,9 +1066,9 @@ impl<S: Source> Vm<S> {
         Ok(())
     }
 
+    /// A memo slot was stored over: forget the lists known by their get bytes.
     #[cold]
     fn rebound(&mut self) {
-        self.rebinds += 1;
         self.get_lists.clear();
     }
 
