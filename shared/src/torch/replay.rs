@@ -200,13 +200,13 @@ impl Segs {
                 return Some((a, &mut self.slab[i as usize]));
             }
         }
-        let (lo, hi) = self.index.around(&addr);
-        let (a, &i) = lo?;
+        let near = self.index.around(&addr);
+        let (a, &i) = near.at_or_below?;
         let mut end = a.saturating_add(self.slab[i as usize].size);
         if addr >= end {
             return None;
         }
-        if let Some((next, _)) = hi {
+        if let Some((next, _)) = near.above {
             end = end.min(next);
         }
         self.finger = Some((a, end, i));

@@ -9,6 +9,14 @@
 use std::collections::{btree_map, BTreeMap};
 use std::ops::Bound;
 
+/// The neighbours of a key in a [`SortedMap`] (see [`SortedMap::around`]).
+pub struct Around<'a, K, V> {
+    /// The entry with the largest key ≤ the key.
+    pub at_or_below: Option<(K, &'a V)>,
+    /// The entry with the smallest key > the key.
+    pub above: Option<(K, &'a V)>,
+}
+
 /// Entries above which a map switches to a `BTreeMap` (default).
 pub const DEFAULT_SPILL: usize = 64;
 
@@ -203,14 +211,20 @@ impl<K: Ord + Copy, V, const SPILL: usize> SortedMap<K, V, SPILL> {
     /// The entries with the largest key ≤ `k` and with the smallest key > `k`, found with
     /// one search.
     #[inline]
-    pub fn around(&self, k: &K) -> (Option<(K, &V)>, Option<(K, &V)>) {
+    pub fn around(&self, k: &K) -> Around<'_, K, V> {
         match &self.repr {
             Repr::Flat(v) => {
                 let i = v.partition_point(|e| e.0 <= *k);
                 let at = |j: usize| v.get(j).map(|e| (e.0, &e.1));
-                (i.checked_sub(1).and_then(at), at(i))
+                Around {
+                    at_or_below: i.checked_sub(1).and_then(at),
+                    above: at(i),
+                }
             }
-            Repr::Tree(_) => (self.last_at_or_below(k), self.first_above(k)),
+            Repr::Tree(_) => Around {
+                at_or_below: self.last_at_or_below(k),
+                above: self.first_above(k),
+            },
         }
     }
 
@@ -347,9 +361,9 @@ mod tests {
                 m.first_above(&k).map(|(a, b)| (a, *b)),
                 t.range(k + 1..).next().map(|(a, b)| (*a, *b))
             );
-            let (lo, hi) = m.around(&k);
-            assert_eq!(lo, m.last_at_or_below(&k));
-            assert_eq!(hi, m.first_above(&k));
+            let near = m.around(&k);
+            assert_eq!(near.at_or_below, m.last_at_or_below(&k));
+            assert_eq!(near.above, m.first_above(&k));
             assert_eq!(
                 m.last_below(&k).map(|(a, b)| (a, *b)),
                 t.range(..k).next_back().map(|(a, b)| (*a, *b))
