@@ -175,10 +175,12 @@ impl Arena {
     fn try_insert(&mut self, a: u64, r: Region) -> Result<bool, Region> {
         let e = a + r.size;
         let c = self.regions.seek(a);
-        let at = self.regions.at(&c).map(|(k, x, _)| (k, x.seq));
-        if let Some((k, seq)) = at {
+        // The key only: the next region's own fields are read only if it starts at `a`
+        // (a duplicate or an overlap), so a plain insertion does not load its slot.
+        let at = self.regions.at(&c).map(|(k, x, _)| (k, x));
+        if let Some((k, x)) = at {
             if k == a {
-                return if seq == r.seq { Ok(false) } else { Err(r) };
+                return if x.seq == r.seq { Ok(false) } else { Err(r) };
             }
         }
         // The previous entry: index `i` of `pc`'s leaf, usually `c`'s own (no cursor copy).
