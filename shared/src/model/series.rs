@@ -534,7 +534,8 @@ impl SeriesSet {
         true
     }
 
-    #[inline]
+    /// Pushes what changed of the figures `record` tracks.
+    #[inline(always)]
     pub(crate) fn record(
         &mut self,
         t: u64,
