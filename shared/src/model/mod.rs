@@ -105,12 +105,14 @@
 
 mod anomalies;
 mod arena;
+mod batch;
 mod checkpoint;
 mod device;
 pub(crate) mod hash;
 mod lifecycle;
 mod metrics;
 mod pointers;
+mod prefetch;
 mod process;
 mod query;
 mod region;

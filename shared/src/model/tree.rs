@@ -8,6 +8,7 @@
 //! are linked left to right for iteration. Every operation is O(log n): a leaf or inner
 //! node falling below a quarter full is merged with, or refilled from, a sibling.
 
+use super::prefetch;
 use super::region::Region;
 
 /// Entries per leaf.
@@ -240,6 +241,23 @@ pub(crate) struct Cursor {
     pos: usize,
 }
 
+/// Where a prefetch walk ([`RegionTree::walk`]) has got to: a node whose memory is being
+/// loaded.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Walk {
+    node: u32,
+    /// `node` is a leaf (else the lowest inner node above one).
+    leaf: bool,
+}
+
+impl Walk {
+    /// A walk with nothing left to fetch.
+    pub(crate) const DONE: Walk = Walk {
+        node: NIL,
+        leaf: true,
+    };
+}
+
 /// The ordered map. See the module documentation.
 #[derive(Clone, Debug)]
 pub(crate) struct RegionTree {
@@ -361,6 +379,75 @@ impl RegionTree {
         c.leaf = node;
         c.pos = self.leaves[node as usize].lower_bound(a);
         c
+    }
+
+    /// Starts a prefetch walk towards `a`: descends the inner nodes above the lowest one
+    /// (which stay in the caches) and starts loading that one, or the root leaf's keys. A
+    /// later [`RegionTree::walk_on`] takes the next step, each reading only what the step
+    /// before fetched. A hint only: nothing changes.
+    #[inline]
+    pub(crate) fn walk(&self, a: u64) -> Walk {
+        if self.root == NIL {
+            return Walk::DONE;
+        }
+        let mut node = self.root;
+        for _ in 0..self.height.saturating_sub(1).min(MAXD) {
+            let Some(inn) = self.inners.get(node as usize) else {
+                return Walk::DONE;
+            };
+            node = inn.kids[inn.child(a)];
+        }
+        let w = Walk {
+            node,
+            leaf: self.height == 0,
+        };
+        self.fetch(w);
+        w
+    }
+
+    /// Starts loading the node `w` is at: all of an inner node, a leaf's keys and header.
+    #[inline]
+    fn fetch(&self, w: Walk) {
+        if w.leaf {
+            if let Some(l) = self.leaves.get(w.node as usize) {
+                prefetch::span(&l.keys, std::mem::size_of_val(&l.keys));
+                prefetch::line(&l.n);
+            }
+        } else if let Some(inn) = self.inners.get(w.node as usize) {
+            prefetch::span(inn, std::mem::size_of::<Inner>());
+        }
+    }
+
+    /// The next step of a prefetch walk towards `a` (see [`RegionTree::walk`]): from the
+    /// lowest inner node to the leaf, whose keys it starts loading; from the leaf to the
+    /// gaps and regions around `a`'s position (the region freed, the neighbour whose gap
+    /// changes, the slot a new region takes). The tree may have changed since the walk
+    /// started: a node that moved only makes the hint useless.
+    #[inline]
+    pub(crate) fn walk_on(&self, w: Walk, a: u64) -> Walk {
+        if !w.leaf {
+            let Some(inn) = self.inners.get(w.node as usize) else {
+                return Walk::DONE;
+            };
+            let next = Walk {
+                node: inn.kids[inn.child(a)],
+                leaf: true,
+            };
+            self.fetch(next);
+            return next;
+        }
+        let Some(l) = self.leaves.get(w.node as usize) else {
+            return Walk::DONE;
+        };
+        let pos = l.lower_bound(a).min(LB - 1);
+        for j in [pos.saturating_sub(1), pos] {
+            prefetch::line(&l.gaps[j]);
+            let v = &l.vals[l.slot[j] as usize % LB];
+            prefetch::span(v, std::mem::size_of::<Region>());
+        }
+        let free = ((!l.used).trailing_zeros() as usize).min(LB - 1);
+        prefetch::span(&l.vals[free], std::mem::size_of::<Region>());
+        Walk::DONE
     }
 
     /// The entry at `c` (`None` past the end of its leaf or in an empty tree).
