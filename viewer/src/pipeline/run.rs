@@ -149,25 +149,61 @@ impl Head {
     }
 
     fn apply(&mut self, r: &Record, meta: Option<&MetaEntry<'_>>) {
+        let (model, mut notes) = self.split();
         match meta {
-            Some(e) => self.model.apply_with_meta(r, Some(e)),
-            None => self.model.apply(r),
+            Some(e) => model.apply_with_meta(r, Some(e)),
+            None => model.apply(r),
         }
+        notes.note(model, r);
+    }
+
+    /// Applies records read in place from a mapped trace, with the metadata each points
+    /// at, through the model's batch path (which loads what the records ahead will touch
+    /// while one is applied); the same as [`Head::apply`] on each.
+    fn apply_trace(&mut self, trace: &Trace, recs: &[Record]) {
+        let (model, mut notes) = self.split();
+        model.apply_batch_with(recs, |r| trace.meta_of(r), |m, r| notes.note(m, r));
+    }
+
+    /// The model, and what is noted beside it.
+    fn split(&mut self) -> (&mut Model, Notes<'_>) {
+        let notes = Notes {
+            t_first: &mut self.t_first,
+            t_last: &mut self.t_last,
+            first_exit: &mut self.first_exit,
+            baselines: &mut self.baselines,
+            applied: &mut self.applied,
+        };
+        (&mut self.model, notes)
+    }
+}
+
+/// What the head keeps about each applied record besides the model.
+struct Notes<'a> {
+    t_first: &'a mut u64,
+    t_last: &'a mut u64,
+    first_exit: &'a mut Option<usize>,
+    baselines: &'a mut HashMap<(u32, i16), Baseline>,
+    applied: &'a mut usize,
+}
+
+impl Notes<'_> {
+    /// Notes `r`, just applied to `model`.
+    fn note(&mut self, model: &Model, r: &Record) {
         if r.ts_ns != 0 {
-            if self.t_first == 0 || r.ts_ns < self.t_first {
-                self.t_first = r.ts_ns;
+            if *self.t_first == 0 || r.ts_ns < *self.t_first {
+                *self.t_first = r.ts_ns;
             }
-            self.t_last = self.t_last.max(r.ts_ns);
+            *self.t_last = (*self.t_last).max(r.ts_ns);
         }
         match r.kind() {
             Some(EventKind::ProcessExit) if self.first_exit.is_none() => {
-                self.first_exit = Some(self.applied);
+                *self.first_exit = Some(*self.applied);
             }
             Some(EventKind::NvmlSample) if r.aux2 != u64::MAX => {
-                let tracked = self
-                    .model
+                let tracked = model
                     .space_id(r.pid, r.device)
-                    .and_then(|s| self.model.space(s))
+                    .and_then(|s| model.space(s))
                     .map_or(0, |s| s.totals().live_bytes);
                 if tracked == 0 {
                     self.baselines.entry((r.pid, r.device)).or_insert(Baseline {
@@ -178,7 +214,7 @@ impl Head {
             }
             _ => {}
         }
-        self.applied += 1;
+        *self.applied += 1;
     }
 }
 
@@ -357,9 +393,7 @@ impl Run {
     fn write_trace_records(&self, trace: &Trace, recs: &[Record], ck: &mut Checkpointing) {
         for part in recs.chunks(BATCH) {
             let mut h = self.head.write().unwrap_or_else(|p| p.into_inner());
-            for r in part {
-                h.apply(r, trace.meta_of(r).as_ref());
-            }
+            h.apply_trace(trace, part);
             let applied = h.applied;
             drop(h);
             self.batch_done(applied, ck);
@@ -514,9 +548,7 @@ fn fast_open(run: &Run, trace: &Trace, ck: &mut Checkpointing) -> bool {
     let mut full = Head::new();
     let mut done = 0u64;
     for chunk in trace.record_chunks() {
-        for r in chunk {
-            full.apply(r, trace.meta_of(r).as_ref());
-        }
+        full.apply_trace(trace, chunk);
         done += chunk.len() as u64;
         run.progress.set_history_done(done);
         if run.stopped() {
