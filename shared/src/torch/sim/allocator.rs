@@ -607,26 +607,31 @@ impl Allocator {
             .live
             .get(&addr)
             .ok_or_else(|| SimError(format!("free of {addr:#x}, which is not allocated")))?;
-        let b = self.arena.get_mut(id);
-        if !b.allocated {
+        if !self.arena.get(id).allocated {
             return Err(SimError(format!("block {addr:#x} was already freed")));
         }
+        self.mark_free_requested(id);
+        Ok(())
+    }
+
+    /// `free_requested` of the allocated block `id`.
+    fn mark_free_requested(&mut self, id: u32) {
+        let b = self.arena.get_mut(id);
         b.allocated = false;
         b.pending = true;
-        let (size, req, stream) = (b.size, b.requested, b.stream);
+        let (addr, size, req, stream) = (b.addr, b.size, b.requested, b.stream);
         self.stats.allocated -= size;
         self.event(Action::FreeRequested, addr, req, stream);
-        Ok(())
     }
 
     /// The block at `addr` returns to its pool (`free_block`).
     pub fn free_completed(&mut self, addr: u64) -> Result<(), SimError> {
-        let id = *self
+        let id = self
             .live
-            .get(&addr)
+            .remove(&addr)
             .ok_or_else(|| SimError(format!("free of {addr:#x}, which is not allocated")))?;
         if self.arena.get(id).allocated {
-            self.free_requested(addr)?;
+            self.mark_free_requested(id);
         }
         self.free_block(id);
         Ok(())
@@ -642,9 +647,9 @@ impl Allocator {
         self.live.len()
     }
 
+    /// `free_block` for a block already taken out of the live set.
     fn free_block(&mut self, id: u32) {
         let b = self.arena.get(id).clone();
-        self.live.remove(&b.addr);
         self.event(Action::FreeCompleted, b.addr, b.requested, b.stream);
         {
             let bm = self.arena.get_mut(id);
