@@ -477,62 +477,93 @@ impl Model {
         // The figures of the last space done: a device whose most constrained space it is
         // (the only one, usually) reuses them.
         let mut done: Option<(u32, Option<ArenaFigures>, f64)> = None;
-        for i in 0..self.touched.len() {
-            let s = self.touched[i];
-            let Some(sp) = self.spaces.get_mut(s as usize) else {
-                continue;
-            };
-            let fig = sp.arena.figures();
-            let ratio = fig.map_or(0.0, |a| a.ratio());
-            let key = fig.map(|f| f.largest_free);
-            let d = sp.device.0;
-            if key != sp.set_key {
-                if let Some(dev) = self.devices.get_mut(d as usize) {
-                    if let Some(k) = sp.set_key {
-                        dev.arena_set.remove(&(k, s));
-                    }
-                    if let Some(k) = key {
-                        dev.arena_set.insert((k, s));
-                    }
+        // Usually one space was touched and its device is the only device touched: no
+        // lists to walk or search.
+        if let [s] = self.touched[..] {
+            if let Some((d, fig, ratio)) = self.finish_space(s, now) {
+                done = Some((s, fig, ratio));
+                if self.touched_dev.is_empty() || self.touched_dev[..] == [d] {
+                    self.finish_device(d, done, now);
+                    self.touched.clear();
+                    self.touched_dev.clear();
+                    return;
                 }
-                sp.set_key = key;
+                if !self.touched_dev.contains(&d) {
+                    self.touched_dev.push(d);
+                }
             }
-            sp.summary.observe(&sp.totals, fig.as_ref(), ratio, now);
-            sp.series.record(now.ts_ns, &sp.totals, fig.as_ref(), ratio);
-            done = Some((s, fig, ratio));
-            if !self.touched_dev.contains(&d) {
-                self.touched_dev.push(d);
+        } else {
+            for i in 0..self.touched.len() {
+                let s = self.touched[i];
+                let Some((d, fig, ratio)) = self.finish_space(s, now) else {
+                    continue;
+                };
+                done = Some((s, fig, ratio));
+                if !self.touched_dev.contains(&d) {
+                    self.touched_dev.push(d);
+                }
             }
         }
         self.touched.clear();
         for i in 0..self.touched_dev.len() {
-            let d = self.touched_dev[i];
-            let Some(dev) = self.devices.get_mut(d as usize) else {
-                continue;
-            };
-            let worst = dev.arena_set.first().map(|&(_, s)| s);
-            let (fig, ratio) = match (worst, done) {
-                (Some(w), Some((s, fig, ratio))) if w == s => (fig, ratio),
-                _ => {
-                    let fig = worst
-                        .and_then(|s| self.spaces.get(s as usize))
-                        .and_then(|s| s.arena.figures());
-                    (fig, fig.map_or(0.0, |a| a.ratio()))
-                }
-            };
-            dev.arena = fig;
-            dev.worst = worst.map(SpaceId);
-            dev.summary.observe(&dev.totals, fig.as_ref(), ratio, now);
-            // A device sharing its only space's arena series records none of its own: its
-            // arena figures are that space's, recorded by the space whenever they change.
-            let own = if dev.arena_of.is_some() {
-                None
-            } else {
-                fig.as_ref()
-            };
-            dev.series.record(now.ts_ns, &dev.totals, own, ratio);
+            self.finish_device(self.touched_dev[i], done, now);
         }
         self.touched_dev.clear();
+    }
+
+    /// Updates space `s`'s place in its device's arena set, its summary and its series.
+    /// Returns its device, arena figures and fragmentation ratio (`None`: no such space).
+    #[inline(always)]
+    fn finish_space(&mut self, s: u32, now: When) -> Option<(u32, Option<ArenaFigures>, f64)> {
+        let sp = self.spaces.get_mut(s as usize)?;
+        let fig = sp.arena.figures();
+        let ratio = fig.map_or(0.0, |a| a.ratio());
+        let key = fig.map(|f| f.largest_free);
+        let d = sp.device.0;
+        if key != sp.set_key {
+            if let Some(dev) = self.devices.get_mut(d as usize) {
+                if let Some(k) = sp.set_key {
+                    dev.arena_set.remove(&(k, s));
+                }
+                if let Some(k) = key {
+                    dev.arena_set.insert((k, s));
+                }
+            }
+            sp.set_key = key;
+        }
+        sp.summary.observe(&sp.totals, fig.as_ref(), ratio, now);
+        sp.series.record(now.ts_ns, &sp.totals, fig.as_ref(), ratio);
+        Some((d, fig, ratio))
+    }
+
+    /// Updates device `d`'s arena figures (those of its most constrained space: `done`'s,
+    /// the space just finished, when it is that one), summary and series.
+    #[inline(always)]
+    fn finish_device(&mut self, d: u32, done: Option<(u32, Option<ArenaFigures>, f64)>, now: When) {
+        let Some(dev) = self.devices.get_mut(d as usize) else {
+            return;
+        };
+        let worst = dev.arena_set.first().map(|&(_, s)| s);
+        let (fig, ratio) = match (worst, done) {
+            (Some(w), Some((s, fig, ratio))) if w == s => (fig, ratio),
+            _ => {
+                let fig = worst
+                    .and_then(|s| self.spaces.get(s as usize))
+                    .and_then(|s| s.arena.figures());
+                (fig, fig.map_or(0.0, |a| a.ratio()))
+            }
+        };
+        dev.arena = fig;
+        dev.worst = worst.map(SpaceId);
+        dev.summary.observe(&dev.totals, fig.as_ref(), ratio, now);
+        // A device sharing its only space's arena series records none of its own: its
+        // arena figures are that space's, recorded by the space whenever they change.
+        let own = if dev.arena_of.is_some() {
+            None
+        } else {
+            fig.as_ref()
+        };
+        dev.series.record(now.ts_ns, &dev.totals, own, ratio);
     }
 
     // ------------------------------------------------------------ accessors
