@@ -172,16 +172,21 @@ pub fn reconstruct_start(
 /// looks its segment up, so the index bisected is dense (16-byte entries, kept flat up to a
 /// few hundred segments), and a segment discarded by an undone `segment_alloc` leaves its
 /// block buffer for the next undone `segment_free`.
+/// Lines of [`Segs`]'s lookup cache (a power of two).
+const CACHE_LINES: usize = 1024;
+
 #[derive(Default)]
 struct Segs {
     index: SortedMap<u64, u32, 512>,
     slab: Vec<USeg>,
     spare: Vec<u32>,
     spare_blocks: Vec<SortedMap<u64, UBlock>>,
-    /// The segment the last lookup found (address, slot) and the end of the addresses it
-    /// answers for (its end, or the next segment's start if sooner): consecutive entries
-    /// often fall in the same segment. Cleared whenever the index changes.
-    finger: Option<(u64, u64, u32)>,
+    /// Recent lookups by 2 MiB page of the address: (segment address, end of the addresses
+    /// it answers for — its end, or the next segment's start if sooner —, slot,
+    /// generation). An entry holds only while `generation` matches, which every change
+    /// of the index bumps.
+    cache: Vec<(u64, u64, u32, u32)>,
+    generation: u32,
 }
 
 impl Segs {
@@ -193,10 +198,20 @@ impl Segs {
         self.index.get(addr).map(|&i| &self.slab[i as usize])
     }
 
+    /// Forgets every cached lookup.
+    fn invalidate(&mut self) {
+        self.generation = self.generation.wrapping_add(1);
+        if self.generation == 0 {
+            // Entries from 2^32 changes ago would look current again: empty them.
+            self.cache.fill((0, 0, 0, 0));
+        }
+    }
+
     /// The segment holding `addr`.
     fn containing(&mut self, addr: u64) -> Option<(u64, &mut USeg)> {
-        if let Some((a, end, i)) = self.finger {
-            if a <= addr && addr < end {
+        let line = (addr >> 21) as usize & (CACHE_LINES - 1);
+        if let Some(&(a, end, i, g)) = self.cache.get(line) {
+            if g == self.generation && a <= addr && addr < end {
                 return Some((a, &mut self.slab[i as usize]));
             }
         }
@@ -209,7 +224,10 @@ impl Segs {
         if let Some((next, _)) = near.above {
             end = end.min(next);
         }
-        self.finger = Some((a, end, i));
+        if self.cache.is_empty() {
+            self.cache = vec![(0, 0, 0, 0); CACHE_LINES];
+        }
+        self.cache[line] = (a, end, i, self.generation);
         Some((a, &mut self.slab[i as usize]))
     }
 
@@ -220,7 +238,7 @@ impl Segs {
 
     /// Sets the segment at `addr` (replacing one already there).
     fn insert(&mut self, addr: u64, seg: USeg) {
-        self.finger = None;
+        self.invalidate();
         if let Some(&i) = self.index.get(&addr) {
             self.slab[i as usize] = seg;
         } else if let Some(i) = self.spare.pop() {
@@ -233,7 +251,7 @@ impl Segs {
     }
 
     fn remove(&mut self, addr: &u64) -> Option<USeg> {
-        self.finger = None;
+        self.invalidate();
         let i = self.index.remove(addr)?;
         self.spare.push(i);
         let empty = USeg {
@@ -245,7 +263,7 @@ impl Segs {
 
     /// Removes the segment at `addr`, keeping its block buffer for [`Segs::fresh_blocks`].
     fn discard(&mut self, addr: &u64) {
-        self.finger = None;
+        self.invalidate();
         if let Some(i) = self.index.remove(addr) {
             self.spare.push(i);
             let mut blocks = std::mem::take(&mut self.slab[i as usize].blocks);
