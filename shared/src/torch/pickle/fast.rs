@@ -46,7 +46,11 @@ impl<S: Source> Vm<S> {
                 k = 0;
             }
         };
-        stack.extend_from_slice(&batch[..k]);
+        // A fixed-size copy is a few vector moves; a `k`-sized one is a call to memcpy,
+        // which dominates the short runs (a key and its value, a six-frame list).
+        let keep = stack.len() + k;
+        stack.extend_from_slice(&batch);
+        stack.truncate(keep);
         self.input.lo = lo;
         match slow {
             None => Ok(()),
