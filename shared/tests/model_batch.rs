@@ -4,15 +4,8 @@
 use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_shared::model::{Metric, Model};
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+mod rng;
+use rng::Rng;
 
 const KINDS: [EventKind; 6] = [
     EventKind::Alloc,

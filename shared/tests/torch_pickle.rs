@@ -1,7 +1,16 @@
 //! The pickle VM: CPython's own encodings of every protocol, hand-built opcodes, hostile
 //! and truncated input.
 
-use fragprobe_shared::torch::pickle::{read_pickle_bytes, Pickle, PickleError, Val};
+use fragprobe_shared::torch::pickle::{read_pickle_bytes, Handle, Pickle, PickleError, Val};
+
+/// The strings of list `h`.
+fn strs(p: &Pickle, h: Handle) -> Vec<String> {
+    p.seq(h)
+        .unwrap()
+        .iter()
+        .map(|&x| p.str(x).unwrap().to_string())
+        .collect()
+}
 
 fn hex(s: &str) -> Vec<u8> {
     (0..s.len())
@@ -237,13 +246,7 @@ fn lists_with_equal_items_stay_independent() {
     b.push(b'.');
     let p = read_pickle_bytes(&b).unwrap();
     let outer = p.seq(p.root()).unwrap().to_vec();
-    let strs = |h| -> Vec<String> {
-        p.seq(h)
-            .unwrap()
-            .iter()
-            .map(|&x| p.str(x).unwrap().to_string())
-            .collect()
-    };
+    let strs = |h| strs(&p, h);
     assert_eq!(strs(outer[0]), ["x", "y", "z"]);
     assert_eq!(strs(outer[1]), ["y", "x"]);
     assert_eq!(strs(outer[2]), ["x", "y"]);
@@ -309,13 +312,7 @@ fn equal_get_bytes_after_a_rebinding_read_the_new_items() {
     b.extend([b'l', b'.']);
     let p = read_pickle_bytes(&b).unwrap();
     let outer = p.seq(p.root()).unwrap().to_vec();
-    let strs = |h| -> Vec<String> {
-        p.seq(h)
-            .unwrap()
-            .iter()
-            .map(|&x| p.str(x).unwrap().to_string())
-            .collect()
-    };
+    let strs = |h| strs(&p, h);
     assert_eq!(strs(outer[0]), ["x", "y"]);
     assert_eq!(strs(outer[1]), ["z", "y"]);
 }

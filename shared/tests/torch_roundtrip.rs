@@ -7,15 +7,8 @@ use fragprobe_shared::torch::snapshot::{Action, FormatInfo, Snapshot, SnapshotLa
 use fragprobe_shared::torch::stacks::Stacks;
 use fragprobe_shared::torch::verify::verify_with;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
+mod rng;
+use rng::Rng;
 
 /// Runs a random workload and returns the resulting snapshot (final segments + trace).
 fn record(conf: &str, seed: u64, steps: usize, capacity: Option<u64>) -> (Snapshot, Config) {
