@@ -231,8 +231,10 @@ fn capacity_turns_into_ooms_and_retries() {
 }
 
 /// A trace long enough to be decoded in two halves on two threads decodes as one pass
-/// does: a real trace repeated 30 times (155 k entries) gives every repetition the very
-/// events of the original, stack ids included (ids follow first appearance).
+/// does: a real trace repeated 80 times (413 k entries) gives every repetition the very
+/// events of the original, stack ids included (ids follow first appearance). The file is
+/// big enough to be prefaulted and freed on helper threads when loaded from disk, and
+/// loads the same as its bytes read through a reader.
 #[test]
 fn long_traces_decode_in_halves_like_one_pass() {
     let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -240,12 +242,18 @@ fn long_traces_decode_in_halves_like_one_pass() {
     let one = load_snapshot(&dir.join("MAGMA27__memory_snapshot.pickle")).unwrap();
     let n = one.traces[0].len();
     let mut tiled = one.clone();
-    for _ in 1..30 {
+    for _ in 1..80 {
         tiled.traces[0].extend_from_slice(&one.traces[0]);
     }
     let bytes = write_snapshot_pickle(Vec::new(), &tiled).unwrap();
+    assert!(bytes.len() > 16 << 20, "{} bytes", bytes.len());
     let back = read_snapshot(&bytes[..]).unwrap();
-    assert_eq!(back.traces[0].len(), 30 * n);
+    assert_eq!(back.traces[0].len(), 80 * n);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("tiled.pickle");
+    std::fs::write(&file, &bytes).unwrap();
+    let mapped = load_snapshot(&file).unwrap();
+    assert_eq!(format!("{mapped:?}"), format!("{back:?}"));
     let first = write_snapshot_pickle(Vec::new(), &one).unwrap();
     let one_back = read_snapshot(&first[..]).unwrap();
     for (i, ev) in back.traces[0].iter().enumerate() {
