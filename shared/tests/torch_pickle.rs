@@ -316,3 +316,26 @@ fn equal_get_bytes_after_a_rebinding_read_the_new_items() {
     assert_eq!(strs(outer[0]), ["x", "y"]);
     assert_eq!(strs(outer[1]), ["z", "y"]);
 }
+
+/// A list's own MEMOIZE can rebind a slot its gets then name (a file that mixes PUT and
+/// MEMOIZE): the gets must see the new binding, the list itself, even though a list with
+/// the same get bytes was read before.
+#[test]
+fn a_lists_own_memoize_rebinding_a_slot_it_reads_is_seen() {
+    let mut b = vec![0x80, 4];
+    b.extend([0x8c, 1, b'x', 0x94, 0x30]); // memo 0 = "x"
+    b.extend([0x8c, 1, b'y', b'q', 5, 0x30]); // BINPUT 5 = "y"; the memo now has 2 entries
+    b.push(b'('); // MARK for the outer list
+    let list = [b']', 0x94, b'(', b'h', 0, b'h', 5, b'e'];
+    b.extend(list); // memo 2 = [x, y]
+    b.extend([0x8c, 1, b'z', 0x94, 0x30]); // memo 3
+    b.extend([0x8c, 1, b'w', 0x94, 0x30]); // memo 4
+    b.extend(list); // MEMOIZE at 5 rebinds "y" to this list: [x, <itself>]
+    b.extend([b'l', b'.']);
+    let p = read_pickle_bytes(&b).unwrap();
+    let outer = p.seq(p.root()).unwrap().to_vec();
+    assert_eq!(strs(&p, outer[0]), ["x", "y"]);
+    let second = p.seq(outer[1]).unwrap();
+    assert_eq!(p.str(second[0]), Some("x"));
+    assert_eq!(p.container_id(second[1]), p.container_id(outer[1]));
+}

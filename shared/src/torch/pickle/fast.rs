@@ -80,43 +80,27 @@ impl<S: Source> Vm<S> {
     /// without reading its items again. Returns `false`, having consumed nothing, for any
     /// other shape; the opcodes then run one by one.
     pub(super) fn list_of_gets(&mut self) -> Result<bool, PickleError> {
-        let buf = &self.input.bytes()[self.input.lo..self.input.hi];
-        let [0x94, b'(', rest @ ..] = buf else {
+        let Some(i) = gets_len(&self.input.bytes()[self.input.lo..self.input.hi]) else {
             return Ok(false);
         };
-        let mut i = 0;
-        let mut n = 0;
-        loop {
-            match rest.get(i) {
-                Some(b'j') => i += 5,
-                Some(b'h') => i += 2,
-                Some(b'e') if i < rest.len() => break,
-                _ => return Ok(false),
-            }
-            n += 1;
-        }
-        if n < 2 || i >= rest.len() {
-            return Ok(false);
-        }
-        let gets = &rest[..i];
-        let key = bytes_hash(gets);
-        let hit = self
-            .get_lists
-            .get(&key)
-            .filter(|(b, _)| **b == *gets)
-            .map(|&(_, span)| span);
-        let saved: Option<Box<[u8]>> = hit.is_none().then(|| gets.into());
-        let consumed = 2 + i + 1;
         let list = self.container(T_LIST, self.stack.len())?;
         self.push(list);
+        // MEMOIZE comes before the gets and may itself rebind a slot they name (which
+        // empties the cache below), so it is done before looking the bytes up.
         self.memo_put(self.memo_count)?;
-        if let Some(span) = hit {
-            self.input.lo += consumed;
-            self.out.containers[list.index()] = span;
-            return Ok(true);
+        self.input.lo += 2; // MEMOIZE, MARK
+        let gets = &self.input.bytes()[self.input.lo..self.input.lo + i];
+        let key = bytes_hash(gets);
+        match self.get_lists.get(&key) {
+            Some((b, span)) if **b == *gets => {
+                self.out.containers[list.index()] = *span;
+                self.input.lo += i + 1; // the gets, APPENDS
+                return Ok(true);
+            }
+            _ => {}
         }
         // Read the gets as the opcodes would, then remember the bytes with the storage.
-        self.input.lo += 2;
+        let saved: Box<[u8]> = gets.into();
         let from = self.stack.len();
         let end = self.input.lo + i;
         while self.input.lo < end {
@@ -130,12 +114,31 @@ impl<S: Source> Vm<S> {
         self.input.lo += 1; // APPENDS
         self.extend_from_stack(list, from)?;
         let s = self.out.containers[list.index()];
-        if let Some(saved) = saved {
-            self.get_lists
-                .insert(key, (saved, Span { cap: s.len, ..s }));
-        }
+        self.get_lists
+            .entry(key)
+            .or_insert((saved, Span { cap: s.len, ..s }));
         Ok(true)
     }
+}
+
+/// When `buf` (just after `EMPTY_LIST`) holds `MEMOIZE MARK`, two or more
+/// `BINGET`/`LONG_BINGET`s and `APPENDS`, all of it: the length of the gets.
+fn gets_len(buf: &[u8]) -> Option<usize> {
+    let [0x94, b'(', rest @ ..] = buf else {
+        return None;
+    };
+    let mut i = 0;
+    let mut n = 0;
+    loop {
+        match rest.get(i) {
+            Some(b'j') => i += 5,
+            Some(b'h') => i += 2,
+            Some(b'e') if i < rest.len() => break,
+            _ => return None,
+        }
+        n += 1;
+    }
+    (n >= 2 && i < rest.len()).then_some(i)
 }
 
 /// A hash of a list's items: four FxHash-style lanes, so the multiplications of one item
