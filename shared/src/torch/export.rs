@@ -7,6 +7,7 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 
+use super::pickle::twos_complement_len;
 use super::snapshot::{Action, AllocatorSettings, Segment, Snapshot, TraceEvent};
 use super::stacks::{StackId, Stacks};
 
@@ -71,16 +72,7 @@ impl<W: Write> PickleWriter<W> {
             self.op(&(v as i32).to_le_bytes())
         } else {
             let bytes = v.to_le_bytes();
-            let mut n = 16;
-            while n > 1 {
-                let top = bytes[n - 1];
-                let sign = bytes[n - 2] & 0x80 != 0;
-                if (top == 0 && !sign) || (top == 0xff && sign) {
-                    n -= 1;
-                } else {
-                    break;
-                }
-            }
+            let n = twos_complement_len(&bytes);
             self.op(&[0x8a, n as u8])?;
             self.op(&bytes[..n])
         }

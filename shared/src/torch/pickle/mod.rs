@@ -861,16 +861,7 @@ impl<S: Source> Vm<S> {
         }
         let neg = b[b.len() - 1] & 0x80 != 0;
         // Trim redundant sign bytes so 17-byte encodings of 128-bit values still fit.
-        let mut n = b.len();
-        while n > 1 {
-            let top = b[n - 1];
-            let next_sign = b[n - 2] & 0x80 != 0;
-            if (top == 0 && !next_sign) || (top == 0xff && next_sign) {
-                n -= 1;
-            } else {
-                break;
-            }
-        }
+        let n = twos_complement_len(b);
         if n <= 16 {
             let mut a = [if neg { 0xffu8 } else { 0 }; 16];
             a[..n].copy_from_slice(&b[..n]);
@@ -1501,6 +1492,21 @@ impl<S: Source> Vm<S> {
             ))),
         }
     }
+}
+
+/// How many of the little-endian two's-complement bytes `b` are needed for its value:
+/// leading (most significant) bytes that only repeat the sign are dropped, down to one.
+pub(crate) fn twos_complement_len(b: &[u8]) -> usize {
+    let mut n = b.len();
+    while n > 1 {
+        let (top, sign) = (b[n - 1], b[n - 2] & 0x80 != 0);
+        if (top == 0 && !sign) || (top == 0xff && sign) {
+            n -= 1;
+        } else {
+            break;
+        }
+    }
+    n
 }
 
 /// Decodes a protocol-0 `STRING` literal: `'...'` or `"..."` with Python escapes.
