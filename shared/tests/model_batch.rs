@@ -80,7 +80,7 @@ fn assert_same(a: &Model, b: &Model) {
         }
     }
     for (x, y) in a.devices().iter().zip(b.devices()) {
-        assert_eq!(x.summary(), y.summary());
+        assert_eq!(a.device_summary(x.id()), b.device_summary(y.id()));
         assert_eq!(x.arena(), y.arena());
         let (p, q) = (
             a.device_series(x.id()).unwrap(),

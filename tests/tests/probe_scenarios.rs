@@ -151,7 +151,10 @@ fn expandable_segments_vmm_pattern() {
     let rec = record_scenario("expandable", &[], None, &[]);
     assert_same_calls("expandable", &rec);
     let m = model_of(&rec.records);
-    assert!(m.devices().iter().any(|d| d.summary().peak_mapped > 0));
+    assert!(m
+        .devices()
+        .iter()
+        .any(|d| m.device_summary(d.id()).unwrap().peak_mapped > 0));
 }
 
 #[test]
@@ -160,7 +163,10 @@ fn llama_release_right_after_map_keeps_memory_until_unmap() {
     assert_same_calls("llama_release", &rec);
     let m = model_of(&rec.records);
     // Released-but-mapped handles still count: peak live is the mapped memory.
-    assert!(m.devices().iter().any(|d| d.summary().peak_live > 0));
+    assert!(m
+        .devices()
+        .iter()
+        .any(|d| m.device_summary(d.id()).unwrap().peak_live > 0));
 }
 
 #[test]

@@ -465,7 +465,8 @@ impl Model {
             e.ou(s.nvml_total);
             e.ou(s.nvml_process_used);
             e.owhen(s.nvml_at);
-            e.summary(&d.summary);
+            // The summary in force: the shared space's while the device shares it.
+            e.summary(self.device_summary(d.id).unwrap_or(&d.summary));
             e.opt(d.exit.as_ref(), |e, x| e.snapshot(x));
         }
         e.u(self.processes.len() as u64);

@@ -59,11 +59,15 @@ pub struct Device {
     pub(crate) info: DeviceInfo,
     pub(crate) samples: DeviceSamples,
     pub(crate) totals: Totals,
+    /// Stale while `shared_with` is set: the space's is then the device's.
     pub(crate) summary: Summary,
+    /// The NVML and driver samples; the rest is stale while `shared_with` is set.
     pub(crate) series: SeriesSet,
-    /// The space whose arena series are this device's (its only space, both having had no
-    /// other): the device then records no arena series of its own.
-    pub(crate) arena_of: Option<u32>,
+    /// The space whose summary and recorded series are this device's: its only space,
+    /// which it has had from before anything was live on the device. The device's totals
+    /// and arena figures are then the space's at every event, so it observes and records
+    /// none of its own.
+    pub(crate) shared_with: Option<u32>,
     pub(crate) arena: Option<ArenaFigures>,
     pub(crate) worst: Option<SpaceId>,
     /// `(largest free block, space index)` of every space with an arena.
@@ -90,7 +94,7 @@ impl Device {
             totals: Totals::default(),
             summary: Summary::default(),
             series: SeriesSet::new(cap),
-            arena_of: None,
+            shared_with: None,
             arena: None,
             worst: None,
             arena_set: ArenaSet::default(),
@@ -132,14 +136,11 @@ impl Device {
     pub fn arena_space(&self) -> Option<SpaceId> {
         self.worst
     }
-    /// Peaks and extremes of the device figures.
-    pub fn summary(&self) -> &Summary {
-        &self.summary
-    }
-    /// The series the device records itself: live, mapped, reserved, NVML and driver
-    /// figures. Its arena metrics (largest free, total free, ratio) are empty here while
-    /// the device shares them with its only space, hence the name: read all of a device's
-    /// series through [`Model::device_series`](super::Model::device_series).
+    /// The series the device keeps itself: the NVML and driver samples always; the figures
+    /// the model records after each event (live, mapped, reserved, arena) only once it has
+    /// had a second space. Until then they are its only space's, hence the name: read a
+    /// device's series through [`Model::device_series`](super::Model::device_series) and
+    /// its summary through [`Model::device_summary`](super::Model::device_summary).
     pub fn own_series(&self) -> &SeriesSet {
         &self.series
     }
@@ -153,20 +154,45 @@ impl Device {
     }
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Tests turn sharing off to compare a device's own figures with the shared ones.
+    static SHARING: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Whether devices share their only space's figures (always, outside tests).
+#[inline(always)]
+fn sharing() -> bool {
+    #[cfg(test)]
+    return SHARING.with(|x| x.get());
+    #[cfg(not(test))]
+    true
+}
+
 impl super::Model {
-    /// Adds space `s` to device `d`. A device's first space shares its arena series with
-    /// the device when neither has any yet (the device's arena figures are then the space's,
-    /// recorded at the same events); a second space ends the sharing.
+    /// Adds space `s` to device `d`. A device's first space, joining before anything was
+    /// live on the device, shares its summary and recorded series with the device (the
+    /// device's totals and arena figures are then the space's at every event); the space
+    /// takes over what the device recorded before, zeros only. A second space ends the
+    /// sharing.
     pub(crate) fn join_device(&mut self, s: u32, d: u32) {
+        let blank = Summary::default();
         let fresh = self
             .spaces
             .get(s as usize)
-            .is_some_and(|sp| !sp.series.has_arena());
+            .is_some_and(|sp| !sp.series.has_recorded() && sp.summary == blank);
         let Some(dev) = self.devices.get_mut(d as usize) else {
             return;
         };
-        if dev.spaces.is_empty() && dev.arena_of.is_none() && !dev.series.has_arena() && fresh {
-            dev.arena_of = Some(s);
+        let idle = dev.spaces.is_empty()
+            && dev.shared_with.is_none()
+            && dev.summary == blank
+            && dev.totals == Totals::default();
+        if idle && fresh && sharing() {
+            dev.shared_with = Some(s);
+            if let Some(sp) = self.spaces.get_mut(s as usize) {
+                sp.series.adopt_recorded(&dev.series);
+            }
         } else {
             self.unshare(d);
         }
@@ -175,16 +201,18 @@ impl super::Model {
         }
     }
 
-    /// Ends device `d`'s sharing of its space's arena series: it gets its own copy.
+    /// Ends device `d`'s sharing with its space: it gets its own copy of the summary and
+    /// recorded series, and keeps them up to date from now on.
     pub(crate) fn unshare(&mut self, d: u32) {
         let Some(dev) = self.devices.get_mut(d as usize) else {
             return;
         };
-        let Some(s) = dev.arena_of.take() else {
+        let Some(s) = dev.shared_with.take() else {
             return;
         };
         if let Some(sp) = self.spaces.get(s as usize) {
-            dev.series.adopt_arena(&sp.series);
+            dev.series.adopt_recorded(&sp.series);
+            dev.summary = sp.summary;
         }
     }
 }
@@ -270,7 +298,7 @@ mod tests {
         let before = pts(m.device_series(d).unwrap().get(Metric::TotalFree));
         m.apply(&rec(50, EventKind::Alloc, 2, 0x900000, 0x100));
         m.apply(&rec(51, EventKind::Free, 1, 0x11000, 0));
-        assert_eq!(m.devices()[0].arena_of, None);
+        assert_eq!(m.devices()[0].shared_with, None);
         let after = pts(m.device_series(d).unwrap().get(Metric::TotalFree));
         assert_eq!(after[..before.len() - 1], before[..before.len() - 1]);
         let a = m.devices()[0].arena().unwrap();
@@ -280,6 +308,109 @@ mod tests {
             .get(Metric::TotalFree)
             .last_value();
         assert_eq!(last, Some(a.total_free as f64));
+    }
+
+    /// Random traffic of two processes on two devices, with exits and NVML samples: a
+    /// device's summary and series read the same whether it shared them with its only
+    /// space (from the start, then unsharing when a second process arrives) or kept its
+    /// own throughout.
+    #[test]
+    fn sharing_a_spaces_figures_changes_nothing_a_device_reports() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for round in 0..40 {
+            let mut recs = Vec::new();
+            let mut live: Vec<(u32, i16, u64)> = Vec::new();
+            let late = round % 3; // when the second process starts: 0 never
+            for seq in 0..600u64 {
+                let r = next();
+                let pid = if late != 0 && seq > 100 * late && r & 1 == 1 {
+                    2
+                } else {
+                    1
+                };
+                let dev = (r >> 1 & 1) as i16 * i16::from(round % 2 == 1);
+                let mut rec = Record {
+                    seq,
+                    ts_ns: seq * 7,
+                    pid,
+                    device: dev,
+                    api: Api::CudaMalloc as u16,
+                    ..Record::default()
+                };
+                match r >> 4 & 15 {
+                    0 if seq % 50 == 0 => {
+                        rec.kind = EventKind::Device as u16;
+                        rec.size = 1 << 30;
+                    }
+                    1 => {
+                        rec.kind = EventKind::NvmlSample as u16;
+                        rec.size = r >> 20 & 0xffff_ffff;
+                        rec.aux2 = u64::MAX;
+                    }
+                    2 if seq > 300 && pid == 2 => {
+                        rec.kind = EventKind::ProcessExit as u16;
+                        live.retain(|l| l.0 != pid);
+                    }
+                    3 => {
+                        rec.kind = EventKind::ManagedAlloc as u16;
+                        rec.addr = 0x9_0000_0000 + seq * 0x1000;
+                        rec.size = 0x800;
+                    }
+                    4..=9 if !live.is_empty() => {
+                        let (p, d, a) = live.swap_remove((r >> 8) as usize % live.len());
+                        rec.kind = EventKind::Free as u16;
+                        rec.pid = p;
+                        rec.device = d;
+                        rec.addr = a;
+                    }
+                    _ => {
+                        rec.kind = EventKind::Alloc as u16;
+                        rec.addr = 0x1_0000_0000 * u64::from(pid) + seq * 0x4000;
+                        rec.size = 0x200 * (1 + (r >> 24) % 32);
+                        live.push((pid, dev, rec.addr));
+                    }
+                }
+                recs.push(rec);
+            }
+            let mut shared = Model::new();
+            let mut own = Model::new();
+            for (i, r) in recs.iter().enumerate() {
+                shared.apply(r);
+                SHARING.with(|s| s.set(false));
+                own.apply(r);
+                SHARING.with(|s| s.set(true));
+                if i % 37 != 0 && i + 1 != recs.len() {
+                    continue;
+                }
+                assert!(own.devices().iter().all(|d| d.shared_with.is_none()));
+                for d in shared.devices() {
+                    let id = d.id();
+                    assert_eq!(
+                        shared.device_summary(id),
+                        own.device_summary(id),
+                        "round {round} record {i}"
+                    );
+                    let (a, b) = (
+                        shared.device_series(id).unwrap(),
+                        own.device_series(id).unwrap(),
+                    );
+                    for &m in Metric::ALL {
+                        let (p, q) = (a.get(m), b.get(m));
+                        assert!(p.points().eq(q.points()), "round {round} record {i} {m:?}");
+                    }
+                }
+                assert_eq!(shared.checkpoint(), own.checkpoint());
+            }
+            if round == 0 {
+                assert!(shared.devices().iter().any(|d| d.shared_with.is_some()));
+            }
+        }
     }
 
     #[test]

@@ -555,15 +555,13 @@ impl Model {
         };
         dev.arena = fig;
         dev.worst = worst.map(SpaceId);
-        dev.summary.observe(&dev.totals, fig.as_ref(), ratio, now);
-        // A device sharing its only space's arena series records none of its own: its
-        // arena figures are that space's, recorded by the space whenever they change.
-        let own = if dev.arena_of.is_some() {
-            None
-        } else {
-            fig.as_ref()
-        };
-        dev.series.record(now.ts_ns, &dev.totals, own, ratio);
+        // A device sharing its only space's summary and series has nothing of its own to
+        // update: its figures are that space's, observed and recorded by the space.
+        if dev.shared_with.is_none() {
+            dev.summary.observe(&dev.totals, fig.as_ref(), ratio, now);
+            dev.series
+                .record(now.ts_ns, &dev.totals, fig.as_ref(), ratio);
+        }
     }
 
     // ------------------------------------------------------------ accessors
@@ -613,18 +611,30 @@ impl Model {
         self.devices.get(id.0 as usize)
     }
 
-    /// The time series of a device. While a device has had one space only, its arena
-    /// metrics are that space's series (the same values at the same times), kept once.
+    /// The time series of a device. While a device has had one space only, the figures
+    /// recorded after each event are that space's series (the same values at the same
+    /// times), kept once.
     pub fn device_series(&self, id: DeviceId) -> Option<SeriesView<'_>> {
         let d = self.device(id)?;
-        let arena = d
-            .arena_of
+        let recorded = d
+            .shared_with
             .and_then(|s| self.spaces.get(s as usize))
             .map_or(&d.series, |sp| &sp.series);
         Some(SeriesView {
             own: &d.series,
-            arena,
+            recorded,
         })
+    }
+
+    /// Peaks and extremes of a device's figures (its only space's, while it shares them;
+    /// see [`Model::device_series`]).
+    pub fn device_summary(&self, id: DeviceId) -> Option<&Summary> {
+        let d = self.device(id)?;
+        Some(
+            d.shared_with
+                .and_then(|s| self.spaces.get(s as usize))
+                .map_or(&d.summary, |sp| &sp.summary),
+        )
     }
 
     /// Every process, in order of first appearance.

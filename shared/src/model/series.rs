@@ -401,6 +401,11 @@ impl Metric {
             Metric::LargestFree | Metric::TotalFree | Metric::FragRatio
         )
     }
+    /// Whether the metric is a sample the device is given (NVML's or the driver's used
+    /// bytes), not a figure the model records after each event.
+    pub fn is_sample(self) -> bool {
+        matches!(self, Metric::NvmlUsed | Metric::DriverUsed)
+    }
     /// Stable name for exports.
     pub fn name(self) -> &'static str {
         match self {
@@ -417,25 +422,26 @@ impl Metric {
     }
 }
 
-/// The time series of a space or device as read: the arena metrics may come from another
-/// set (a device with one space shares that space's; see [`Model::device_series`]).
+/// The time series of a space or device as read: the metrics the model records after each
+/// event may come from another set (a device with one space shares that space's; see
+/// [`Model::device_series`]), the NVML and driver samples are the device's own.
 ///
 /// [`Model::device_series`]: super::Model::device_series
 #[derive(Clone, Copy, Debug)]
 pub struct SeriesView<'a> {
-    /// Every metric but the arena's.
+    /// The NVML and driver samples.
     pub(crate) own: &'a SeriesSet,
-    /// The arena metrics.
-    pub(crate) arena: &'a SeriesSet,
+    /// Every other metric: those [`SeriesSet::record`] pushes.
+    pub(crate) recorded: &'a SeriesSet,
 }
 
 impl<'a> SeriesView<'a> {
     /// The series of one metric.
     pub fn get(&self, m: Metric) -> &'a Series {
-        if m.is_arena() {
-            self.arena.get(m)
-        } else {
+        if m.is_sample() {
             self.own.get(m)
+        } else {
+            self.recorded.get(m)
         }
     }
 }
@@ -489,29 +495,27 @@ impl SeriesSet {
     pub fn view(&self) -> SeriesView<'_> {
         SeriesView {
             own: self,
-            arena: self,
+            recorded: self,
         }
     }
 
-    /// The `has` bits of the arena metrics.
-    const ARENA: u16 = 1 << Metric::LargestFree as u16
-        | 1 << Metric::TotalFree as u16
-        | 1 << Metric::FragRatio as u16;
+    /// The `has` bits of the metrics `record` pushes (all but the samples).
+    const RECORDED: u16 = (1 << (Metric::FragRatio as u16 + 1)) - 1;
 
-    /// Whether an arena metric was ever recorded.
-    pub(crate) fn has_arena(&self) -> bool {
-        self.has & SeriesSet::ARENA != 0
+    /// Whether `record` ever pushed anything.
+    pub(crate) fn has_recorded(&self) -> bool {
+        self.has & SeriesSet::RECORDED != 0
     }
 
-    /// Takes the arena metrics' series and recorded values from `o` (a device that stops
-    /// sharing its only space's arena series gets its own copy).
-    pub(crate) fn adopt_arena(&mut self, o: &SeriesSet) {
-        for m in [Metric::LargestFree, Metric::TotalFree, Metric::FragRatio] {
-            let i = m as usize;
+    /// Takes the series and recorded values of `record`'s metrics from `o`, keeping these
+    /// samples (a device that stops sharing its only space's series gets its own copy; a
+    /// space starting to share its device's, the device's zeros from before it).
+    pub(crate) fn adopt_recorded(&mut self, o: &SeriesSet) {
+        for i in 0..=Metric::FragRatio as usize {
             self.s[i] = o.s[i].clone();
             self.raw[i] = o.raw[i];
         }
-        self.has = self.has & !SeriesSet::ARENA | o.has & SeriesSet::ARENA;
+        self.has = self.has & !SeriesSet::RECORDED | o.has & SeriesSet::RECORDED;
     }
 
     /// Pushes `v` for `m` if it differs from the integer recorded last; `true` if it did.

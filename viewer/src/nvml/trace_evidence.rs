@@ -153,7 +153,9 @@ fn capture_failure(
 /// Whether a device saw anything: allocations, failures or NVML samples. (A device the
 /// model only knows from a `cuMemGetInfo` before its description arrived is left out.)
 fn active(rp: &Replayed, dev: &fragprobe_shared::model::Device) -> bool {
-    dev.summary().peak_live > 0
+    rp.model
+        .device_summary(dev.id())
+        .is_some_and(|s| s.peak_live > 0)
         || !dev.own_series().get(Metric::NvmlUsed).is_empty()
         || rp.failures.iter().any(|f| f.device == dev.id())
 }
@@ -215,8 +217,10 @@ pub fn from_trace(path: &Path, gpus: &[u32]) -> Result<Vec<DeviceEvidence>, (u8,
         }
         let id = dev.id();
         let mine: Vec<&SeenFailure> = rp.failures.iter().filter(|f| f.device == id).collect();
-        let live: Vec<(u64, u64)> = dev
-            .own_series()
+        let Some(series) = m.device_series(id) else {
+            continue;
+        };
+        let live: Vec<(u64, u64)> = series
             .get(Metric::Live)
             .points()
             .map(|b| (b.t, b.min.max(0.0) as u64))
@@ -300,7 +304,9 @@ pub fn chart_from_trace(
         }
         let total = capacity(m, dev.id()).map(|t| t as f64);
         let idx = series.len();
-        let live = dev.own_series().get(Metric::Live);
+        let Some(live) = m.device_series(dev.id()).map(|v| v.get(Metric::Live)) else {
+            continue;
+        };
         series.push(Series {
             label: format!("{} live bytes", title(m, dev.id())),
             points: step_points(live.points().map(|b| (secs(b.t), b.max, b.last))),

@@ -233,7 +233,7 @@ fn scoped(m: &Model, space: SpaceKey, merged: bool) -> Option<Scoped<'_>> {
         (true, Some(d)) => Scoped {
             totals: d.totals(),
             arena: d.arena(),
-            summary: d.summary(),
+            summary: m.device_summary(d.id())?,
             series: m.device_series(d.id())?,
             device,
         },

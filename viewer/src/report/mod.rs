@@ -246,7 +246,9 @@ impl Report {
         let mut min_lfb: Option<u64> = None;
         let mut final_lfb: Option<u64> = None;
         for d in model.devices() {
-            let s = d.summary();
+            let Some(s) = model.device_summary(d.id()) else {
+                continue;
+            };
             let fin = model.device_final(d.id());
             let final_ratio = fin.arena.map(|a| a.ratio()).unwrap_or(0.0);
             devices.push(DeviceRow {
