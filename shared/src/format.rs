@@ -101,14 +101,17 @@ pub struct Record {
 
 impl Record {
     /// The kind, or `None` for a value this build does not know.
+    #[inline]
     pub fn kind(&self) -> Option<EventKind> {
         EventKind::from_u16(self.kind)
     }
     /// The API, or `None` for a value this build does not know.
+    #[inline]
     pub fn api(&self) -> Option<Api> {
         Api::from_u16(self.api)
     }
     /// Whether the real call succeeded.
+    #[inline]
     pub fn ok(&self) -> bool {
         self.result == 0
     }
@@ -166,6 +169,7 @@ macro_rules! u16_enum {
             /// Every value, in declaration order.
             pub const ALL: &'static [$name] = &[$($name::$var,)*];
             /// Decodes a stored value.
+            #[inline]
             pub fn from_u16(v: u16) -> Option<$name> {
                 match v { $($val => Some($name::$var),)* _ => None }
             }

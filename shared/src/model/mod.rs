@@ -474,14 +474,14 @@ impl Model {
             return;
         }
         let now = self.now;
-        // The figures of the last space done: a device whose most constrained space it is
-        // (the only one, usually) reuses them.
-        let mut done: Option<(u32, Option<ArenaFigures>, f64)> = None;
+        // The ratio of the last space done: a device whose most constrained space it is
+        // (the only one, usually) reuses it.
+        let mut done: Option<(u32, f64)> = None;
         // Usually one space was touched and its device is the only device touched: no
         // lists to walk or search.
         if let [s] = self.touched[..] {
-            if let Some((d, fig, ratio)) = self.finish_space(s, now) {
-                done = Some((s, fig, ratio));
+            if let Some((d, ratio)) = self.finish_space(s, now) {
+                done = Some((s, ratio));
                 if self.touched_dev.is_empty() || self.touched_dev[..] == [d] {
                     self.finish_device(d, done, now);
                     self.touched.clear();
@@ -495,10 +495,10 @@ impl Model {
         } else {
             for i in 0..self.touched.len() {
                 let s = self.touched[i];
-                let Some((d, fig, ratio)) = self.finish_space(s, now) else {
+                let Some((d, ratio)) = self.finish_space(s, now) else {
                     continue;
                 };
-                done = Some((s, fig, ratio));
+                done = Some((s, ratio));
                 if !self.touched_dev.contains(&d) {
                     self.touched_dev.push(d);
                 }
@@ -512,9 +512,9 @@ impl Model {
     }
 
     /// Updates space `s`'s place in its device's arena set, its summary and its series.
-    /// Returns its device, arena figures and fragmentation ratio (`None`: no such space).
+    /// Returns its device and fragmentation ratio (`None`: no such space).
     #[inline(always)]
-    fn finish_space(&mut self, s: u32, now: When) -> Option<(u32, Option<ArenaFigures>, f64)> {
+    fn finish_space(&mut self, s: u32, now: When) -> Option<(u32, f64)> {
         let sp = self.spaces.get_mut(s as usize)?;
         let fig = sp.arena.figures();
         let ratio = fig.map_or(0.0, |a| a.ratio());
@@ -533,34 +533,35 @@ impl Model {
         }
         sp.summary.observe(&sp.totals, fig.as_ref(), ratio, now);
         sp.series.record(now.ts_ns, &sp.totals, fig.as_ref(), ratio);
-        Some((d, fig, ratio))
+        Some((d, ratio))
     }
 
-    /// Updates device `d`'s arena figures (those of its most constrained space: `done`'s,
-    /// the space just finished, when it is that one), summary and series.
+    /// Updates device `d`'s arena figures (those of its most constrained space), summary
+    /// and series; `done` is the space finished last and its ratio, reused when it is
+    /// that space.
     #[inline(always)]
-    fn finish_device(&mut self, d: u32, done: Option<(u32, Option<ArenaFigures>, f64)>, now: When) {
+    fn finish_device(&mut self, d: u32, done: Option<(u32, f64)>, now: When) {
         let Some(dev) = self.devices.get_mut(d as usize) else {
             return;
         };
         let worst = dev.arena_set.first().map(|&(_, s)| s);
-        let (fig, ratio) = match (worst, done) {
-            (Some(w), Some((s, fig, ratio))) if w == s => (fig, ratio),
-            _ => {
-                let fig = worst
-                    .and_then(|s| self.spaces.get(s as usize))
-                    .and_then(|s| s.arena.figures());
-                (fig, fig.map_or(0.0, |a| a.ratio()))
-            }
-        };
-        dev.arena = fig;
+        // Read from the space straight into the device: a copy of figures built on the
+        // stack stalled on store forwarding here.
+        dev.arena = worst
+            .and_then(|s| self.spaces.get(s as usize))
+            .and_then(|sp| sp.arena.figures());
         dev.worst = worst.map(SpaceId);
         // A device sharing its only space's summary and series has nothing of its own to
         // update: its figures are that space's, observed and recorded by the space.
         if dev.shared_with.is_none() {
-            dev.summary.observe(&dev.totals, fig.as_ref(), ratio, now);
+            let ratio = match (worst, done) {
+                (Some(w), Some((s, ratio))) if w == s => ratio,
+                _ => dev.arena.map_or(0.0, |a| a.ratio()),
+            };
+            dev.summary
+                .observe(&dev.totals, dev.arena.as_ref(), ratio, now);
             dev.series
-                .record(now.ts_ns, &dev.totals, fig.as_ref(), ratio);
+                .record(now.ts_ns, &dev.totals, dev.arena.as_ref(), ratio);
         }
     }
 

@@ -48,7 +48,8 @@ const PAST: u64 = u64::MAX;
 struct Leaf {
     /// Sorted; [`PAST`] past `n`.
     keys: [u64; LB],
-    /// 0 past `n`.
+    /// `gaps[s]`: the gap after the region in `vals[s]`; 0 in unused slots. Like the
+    /// regions, gaps stay in their slot while entries shift.
     gaps: [u64; LB],
     n: usize,
     /// Bit `s`: `vals[s]` holds an entry.
@@ -91,7 +92,12 @@ impl Leaf {
     fn val(&self, j: usize) -> &Region {
         &self.vals[self.slot[j] as usize]
     }
-    /// The largest gap. Slots past `n` hold 0 (every operation that vacates one zeroes
+    /// The gap after entry `j`.
+    #[inline]
+    fn gap(&self, j: usize) -> u64 {
+        self.gaps[self.slot[j] as usize]
+    }
+    /// The largest gap. Unused slots hold 0 (every operation that vacates one zeroes
     /// it), so this is a fixed-size scan without branches.
     #[inline]
     fn max(&self) -> u64 {
@@ -120,10 +126,9 @@ impl Leaf {
         let s = (!self.used).trailing_zeros() as usize;
         self.used |= 1 << s;
         self.keys.copy_within(i..n, i + 1);
-        self.gaps.copy_within(i..n, i + 1);
         self.slot.copy_within(i..n, i + 1);
         self.keys[i] = k;
-        self.gaps[i] = g;
+        self.gaps[s] = g;
         self.slot[i] = s as u8;
         self.vals[s] = r;
         self.n += 1;
@@ -131,38 +136,37 @@ impl Leaf {
     #[inline]
     fn remove(&mut self, i: usize) {
         let n = self.n;
-        self.used &= !(1 << self.slot[i]);
+        let s = self.slot[i] as usize;
+        self.used &= !(1 << s);
+        self.gaps[s] = 0;
         self.keys.copy_within(i + 1..n, i);
-        self.gaps.copy_within(i + 1..n, i);
         self.slot.copy_within(i + 1..n, i);
         self.keys[n - 1] = PAST;
-        self.gaps[n - 1] = 0;
         self.n -= 1;
     }
     /// Moves entries `[from, n)` to the end of `to`.
     fn move_tail(&mut self, from: usize, to: &mut Leaf) {
         for j in from..self.n {
-            let r = *self.val(j);
-            to.insert(to.n, self.keys[j], r, self.gaps[j]);
-            self.used &= !(1 << self.slot[j]);
+            let s = self.slot[j] as usize;
+            to.insert(to.n, self.keys[j], self.vals[s], self.gaps[s]);
+            self.used &= !(1 << s);
+            self.gaps[s] = 0;
         }
         self.keys[from..].fill(PAST);
-        self.gaps[from..].fill(0);
         self.n = from;
     }
     /// Moves the first `k` entries of `self` to the end of `to`.
     fn move_head(&mut self, k: usize, to: &mut Leaf) {
         let n = self.n;
         for j in 0..k {
-            let r = *self.val(j);
-            to.insert(to.n, self.keys[j], r, self.gaps[j]);
-            self.used &= !(1 << self.slot[j]);
+            let s = self.slot[j] as usize;
+            to.insert(to.n, self.keys[j], self.vals[s], self.gaps[s]);
+            self.used &= !(1 << s);
+            self.gaps[s] = 0;
         }
         self.keys.copy_within(k..n, 0);
-        self.gaps.copy_within(k..n, 0);
         self.slot.copy_within(k..n, 0);
         self.keys[n - k..n].fill(PAST);
-        self.gaps[n - k..n].fill(0);
         self.n -= k;
     }
 }
@@ -441,9 +445,9 @@ impl RegionTree {
         };
         let pos = l.lower_bound(a).min(LB - 1);
         for j in [pos.saturating_sub(1), pos] {
-            prefetch::line(&l.gaps[j]);
-            let v = &l.vals[l.slot[j] as usize % LB];
-            prefetch::span(v, std::mem::size_of::<Region>());
+            let s = l.slot[j] as usize % LB;
+            prefetch::line(&l.gaps[s]);
+            prefetch::span(&l.vals[s], std::mem::size_of::<Region>());
         }
         let free = ((!l.used).trailing_zeros() as usize).min(LB - 1);
         prefetch::span(&l.vals[free], std::mem::size_of::<Region>());
@@ -460,7 +464,7 @@ impl RegionTree {
     #[inline]
     pub(crate) fn at_pos(&self, c: &Cursor, pos: usize) -> Option<(u64, &Region, u64)> {
         let l = self.leaves.get(c.leaf as usize)?;
-        (pos < l.n).then(|| (l.keys[pos], l.val(pos), l.gaps[pos]))
+        (pos < l.n).then(|| (l.keys[pos], l.val(pos), l.gap(pos)))
     }
 
     /// The entry before `c`, as a cursor and an index in its leaf: `c` itself when that
@@ -608,8 +612,9 @@ impl RegionTree {
     #[inline]
     pub(crate) fn set_gap_pos(&mut self, c: &Cursor, pos: usize, g: u64) {
         let l = &mut self.leaves[c.leaf as usize];
-        let old = l.gaps[pos];
-        l.gaps[pos] = g;
+        let s = l.slot[pos] as usize;
+        let old = l.gaps[s];
+        l.gaps[s] = g;
         let path = &c.path[..c.depth];
         if g >= old {
             self.raise(path, g);
@@ -707,7 +712,7 @@ impl RegionTree {
     pub(crate) fn remove_at(&mut self, c: &Cursor) -> (Region, u64) {
         let leaf = c.leaf as usize;
         let l = &mut self.leaves[leaf];
-        let out = (*l.val(c.pos), l.gaps[c.pos]);
+        let out = (*l.val(c.pos), l.gap(c.pos));
         l.remove(c.pos);
         self.len -= 1;
         if self.len == 0 {
@@ -871,7 +876,11 @@ impl RegionTree {
             let l = &self.leaves[node as usize];
             assert!(root || l.n >= LMIN, "leaf under-full");
             assert!(l.n >= 1 && l.n <= LB);
-            assert!(l.gaps[l.n..].iter().all(|&g| g == 0), "stale gap past n");
+            let free = (0..LB).filter(|s| l.used >> s & 1 == 0);
+            assert!(
+                free.clone().all(|s| l.gaps[s] == 0),
+                "stale gap in a free slot"
+            );
             assert!(l.keys[l.n..].iter().all(|&k| k == PAST), "stale key past n");
             let used = l.slot[..l.n].iter().fold(0u64, |m, &s| m | 1 << s);
             assert_eq!(used, l.used, "slot mask");
@@ -936,7 +945,7 @@ impl<'a> Iterator for Iter<'a> {
             if self.pos < l.n {
                 let i = self.pos;
                 self.pos += 1;
-                return Some((l.keys[i], l.val(i), l.gaps[i]));
+                return Some((l.keys[i], l.val(i), l.gap(i)));
             }
             self.leaf = l.next;
             self.pos = 0;
