@@ -231,14 +231,24 @@ impl Arena {
     /// Removes the region starting exactly at `a`.
     #[inline]
     pub(crate) fn remove(&mut self, a: u64) -> Option<Region> {
+        self.remove_with(a, |r| *r)
+    }
+
+    /// Removes the region starting exactly at `a`, returning what `f` reads of it: a small
+    /// result comes back in registers, where a whole region goes through memory (and its
+    /// reload stalled on store forwarding).
+    #[inline]
+    pub(crate) fn remove_with<T>(&mut self, a: u64, f: impl FnOnce(&Region) -> T) -> Option<T> {
         let c = self.regions.seek(a);
-        let (k, &r, g) = self.regions.at(&c)?;
+        let (k, r, g) = self.regions.at(&c)?;
         if k != a {
             return None;
         }
-        self.live -= r.size;
+        let size = r.size;
+        let out = f(r);
+        self.live -= size;
         // a + size + gap ≤ end, so this cannot overflow.
-        let merged = r.size + g;
+        let merged = size + g;
         self.count(g, 0);
         let mut far = None;
         match self.regions.prev(&c, &mut far) {
@@ -251,7 +261,7 @@ impl Arena {
             None => self.set_head(self.head + merged),
         }
         self.regions.remove_at(&c);
-        Some(r)
+        Some(out)
     }
 
     /// Removes every region; the arena's bounds stay (they are "ever seen").

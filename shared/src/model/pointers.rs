@@ -66,10 +66,12 @@ impl Model {
         true
     }
 
-    /// Removes the pointer region starting at `a` from space `s`.
-    fn take_ptr(&mut self, s: u32, a: u64) -> Option<Region> {
+    /// Removes the pointer region starting at `a` from space `s`; returns its kind and size.
+    fn take_ptr(&mut self, s: u32, a: u64) -> Option<(RegionKind, u64)> {
         let sp = self.spaces.get_mut(s as usize)?;
-        sp.arena.remove(a).or_else(|| sp.other.remove(&a))
+        sp.arena
+            .remove_with(a, |r| (r.kind, r.size))
+            .or_else(|| sp.other.remove(&a).map(|r| (r.kind, r.size)))
     }
 
     /// A successful `Free` or `AsyncFree`: the region's kind decides what is freed.
@@ -100,10 +102,10 @@ impl Model {
             }
         }
         match found {
-            Some((s, r)) => {
-                self.account(s, r.kind, r.size, false);
-                if rec.flags & Flags::AT_EXIT != 0 && r.kind != RegionKind::Imported {
-                    self.leak(r.kind, r.size);
+            Some((s, (kind, size))) => {
+                self.account(s, kind, size, false);
+                if rec.flags & Flags::AT_EXIT != 0 && kind != RegionKind::Imported {
+                    self.leak(kind, size);
                 }
             }
             None => self.unknown_free(AnomalyKind::FreeUnknown, a),
