@@ -12,7 +12,13 @@ pub fn frag_ratio(largest_free: u64, total_free: u64) -> f64 {
     }
     // Below 2^63 (any real arena) a value converts as an `i64`, the same `f64` in one
     // instruction instead of the unsigned conversion's several.
-    let f = |v: u64| if v >> 63 == 0 { v as i64 as f64 } else { v as f64 };
+    let f = |v: u64| {
+        if v >> 63 == 0 {
+            v as i64 as f64
+        } else {
+            v as f64
+        }
+    };
     (1.0 - f(largest_free) / f(total_free)).clamp(0.0, 1.0)
 }
 

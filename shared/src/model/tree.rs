@@ -210,7 +210,12 @@ impl Inner {
         for &x in &k[base + 1..base + 4] {
             i += usize::from(x <= a);
         }
-        i.min(self.n.saturating_sub(1))
+        // Keys past `n` are [`PAST`]: only `a` = [`PAST`] counts them. Testing that first
+        // keeps `n`, on a line of its own, off the path to the child.
+        if a == PAST {
+            return i.min(self.n.saturating_sub(1));
+        }
+        i
     }
     #[inline]
     fn insert(&mut self, i: usize, k: u64, kid: u32, g: u64) {
