@@ -30,8 +30,8 @@ fn rec(seq: u64, kind: EventKind, addr: u64, size: u64) -> Record {
     }
 }
 
-/// A model holding `live` regions, and a churn batch of `2 × moves` events that leaves it
-/// in the same state.
+/// A model holding `live` regions, and a churn batch of `4 × moves` events (each move is a
+/// free and an allocation; then their inverse) that leaves it in the same state.
 fn setup(live: usize, moves: usize) -> (Model, Vec<Record>) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let mut m = Model::new();
