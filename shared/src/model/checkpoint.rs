@@ -465,8 +465,7 @@ impl Model {
             e.ou(s.nvml_total);
             e.ou(s.nvml_process_used);
             e.owhen(s.nvml_at);
-            // The summary in force: the shared space's while the device shares it.
-            e.summary(self.device_summary(d.id).unwrap_or(&d.summary));
+            e.summary(self.summary_in_force(d));
             e.opt(d.exit.as_ref(), |e, x| e.snapshot(x));
         }
         e.u(self.processes.len() as u64);

@@ -617,25 +617,26 @@ impl Model {
     /// times), kept once.
     pub fn device_series(&self, id: DeviceId) -> Option<SeriesView<'_>> {
         let d = self.device(id)?;
-        let recorded = d
-            .shared_with
-            .and_then(|s| self.spaces.get(s as usize))
-            .map_or(&d.series, |sp| &sp.series);
         Some(SeriesView {
             own: &d.series,
-            recorded,
+            recorded: self.shared_space(d).map_or(&d.series, |sp| &sp.series),
         })
     }
 
     /// Peaks and extremes of a device's figures (its only space's, while it shares them;
     /// see [`Model::device_series`]).
     pub fn device_summary(&self, id: DeviceId) -> Option<&Summary> {
-        let d = self.device(id)?;
-        Some(
-            d.shared_with
-                .and_then(|s| self.spaces.get(s as usize))
-                .map_or(&d.summary, |sp| &sp.summary),
-        )
+        self.device(id).map(|d| self.summary_in_force(d))
+    }
+
+    /// The summary of `d` in force: its shared space's while it shares one.
+    pub(crate) fn summary_in_force<'a>(&'a self, d: &'a Device) -> &'a Summary {
+        self.shared_space(d).map_or(&d.summary, |sp| &sp.summary)
+    }
+
+    /// The space whose summary and recorded series `d` shares, if any.
+    fn shared_space(&self, d: &Device) -> Option<&Space> {
+        d.shared_with.and_then(|s| self.spaces.get(s as usize))
     }
 
     /// Every process, in order of first appearance.

@@ -394,13 +394,6 @@ impl Metric {
         Metric::NvmlUsed,
         Metric::DriverUsed,
     ];
-    /// Whether the metric is one of the arena's (largest free, total free, ratio).
-    pub fn is_arena(self) -> bool {
-        matches!(
-            self,
-            Metric::LargestFree | Metric::TotalFree | Metric::FragRatio
-        )
-    }
     /// Whether the metric is a sample the device is given (NVML's or the driver's used
     /// bytes), not a figure the model records after each event.
     pub fn is_sample(self) -> bool {

@@ -144,13 +144,19 @@ impl Leaf {
         self.keys[n - 1] = PAST;
         self.n -= 1;
     }
+    /// Appends entry `j`'s key, region and gap to `to` and frees its slot here (the
+    /// caller then drops the entry from `keys` and `slot`).
+    #[inline]
+    fn give(&mut self, j: usize, to: &mut Leaf) {
+        let s = self.slot[j] as usize;
+        to.insert(to.n, self.keys[j], self.vals[s], self.gaps[s]);
+        self.used &= !(1 << s);
+        self.gaps[s] = 0;
+    }
     /// Moves entries `[from, n)` to the end of `to`.
     fn move_tail(&mut self, from: usize, to: &mut Leaf) {
         for j in from..self.n {
-            let s = self.slot[j] as usize;
-            to.insert(to.n, self.keys[j], self.vals[s], self.gaps[s]);
-            self.used &= !(1 << s);
-            self.gaps[s] = 0;
+            self.give(j, to);
         }
         self.keys[from..].fill(PAST);
         self.n = from;
@@ -159,10 +165,7 @@ impl Leaf {
     fn move_head(&mut self, k: usize, to: &mut Leaf) {
         let n = self.n;
         for j in 0..k {
-            let s = self.slot[j] as usize;
-            to.insert(to.n, self.keys[j], self.vals[s], self.gaps[s]);
-            self.used &= !(1 << s);
-            self.gaps[s] = 0;
+            self.give(j, to);
         }
         self.keys.copy_within(k..n, 0);
         self.slot.copy_within(k..n, 0);
