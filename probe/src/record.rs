@@ -91,16 +91,17 @@ fn build(kind: EventKind, api: Api, s: &Seen, device: i16, result: c_int, w: Whe
 
 /// Pushes `rec`; on success inserts `live` into the live table under the record's seq.
 fn push_with_live(ring: &Ring, rec: Record, live: Option<(u64, LiveClass)>) {
-    match ring.claim() {
-        Some(c) => {
+    match ring.try_claim() {
+        Ok(c) => {
             if let Some((key, class)) = live {
                 ring.live()
                     .insert(key, class, rec.device, rec.size, rec.aux, rec.aux2, c.seq());
             }
             c.commit(rec);
         }
-        None => {
-            // Dropped (ring full): the live table still learns of it, so a resync is exact.
+        Err(_full) => {
+            // Dropped (ring full): the live table still learns of it, so a resync is exact;
+            // `_full` counts the drop when it goes out of scope, after the update.
             if let Some((key, class)) = live {
                 ring.live().insert(
                     key,
@@ -166,9 +167,11 @@ pub fn free(
     let Some(ring) = state::ring() else {
         return call();
     };
-    let claim = ring.claim();
+    let claim = ring.try_claim();
     let mut entry: Option<LiveEntry> = None;
     protect(|| entry = classes.iter().find_map(|c| ring.live().remove(key, *c)));
+    // A drop is counted once the table no longer holds the entry.
+    let claim = claim.ok();
     let t0 = clock::start();
     let r = call();
     let w = When::after(t0, &g);
@@ -204,7 +207,7 @@ pub fn unmap(api: Api, va: u64, size: u64, call: impl FnOnce() -> c_int) -> c_in
     let Some(ring) = state::ring() else {
         return call();
     };
-    let claim = ring.claim();
+    let claim = ring.try_claim();
     let mut removed = [None::<LiveEntry>; 8];
     let mut n = 0;
     let mut device = DEVICE_UNKNOWN;
@@ -222,6 +225,8 @@ pub fn unmap(api: Api, va: u64, size: u64, call: impl FnOnce() -> c_int) -> c_in
             }
         }
     });
+    // A drop is counted once the table no longer holds the mappings.
+    let claim = claim.ok();
     let t0 = clock::start();
     let r = call();
     let w = When::after(t0, &g);

@@ -74,10 +74,16 @@
 //! `ResyncEnd { seq = aux = E, size = entries }`, where `W` (the watermark) is the ring's
 //! tail read just before the scan and `E` the tail after it.
 //!
+//! * Before the scan it waits (at most [`RESYNC_WAIT`]) until every event claimed below `W`
+//!   is committed. A producer updates the live table between claim and commit, so each
+//!   such update is then in the table.
 //! * Entries with `seq > W` are left out: they were claimed after the scan began and their
 //!   records arrive through the ring. An entry whose event was dropped (ring full) carries
 //!   [`SEQ_DROPPED`] (always included) or the tail at the time of the drop (never above
-//!   `W`, the tail only grows).
+//!   `W`, the tail only grows). A producer counts such a drop only after its live-table
+//!   update ([`Ring::try_claim`](crate::ring::Ring::try_claim)), so a consumer that saw the
+//!   drop finds the update in its scan, and one that did not sees the drop later and
+//!   resyncs again.
 //! * The consumer puts the resync records into its stream and from then on **skips records
 //!   with `seq < W`**: the snapshot already reflects them. (Delivering them instead would
 //!   resurrect an object allocated in `[head, W)` whose free was dropped before the scan.)
@@ -88,10 +94,10 @@
 //!   `E` it is a real anomaly.
 //!
 //! Exactness: every object alive at the end is in the snapshot or has its allocation at
-//! `seq >= W`, and every free at `seq >= W` is delivered. The one race left is an event
-//! claimed just before `W` whose live-table update lands after the scan passed its slot (a
-//! window of a few instructions in the probe between claim and update): the model may then
-//! keep a freed object, or miss a new one, until the next resync.
+//! `seq >= W`, and every free at `seq >= W` is delivered. The one race left is a producer
+//! that stalls longer than [`RESYNC_WAIT`] between claim and commit (a free's commit comes
+//! after the real call) or dies there: the model may then keep a freed object, or miss a
+//! new one, until the next resync.
 
 use core::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 
@@ -692,11 +698,27 @@ pub fn resync_records(ring: &crate::ring::Ring) -> Vec<crate::format::Record> {
     resync_records_at(ring, ring.heartbeat_ns())
 }
 
+/// Longest a resync waits for the events claimed below its watermark to be committed.
+#[cfg(feature = "consumer")]
+pub const RESYNC_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// Waits until every event claimed below `watermark` is committed, so its live-table update
+/// is in the table before the scan; at most [`RESYNC_WAIT`] (a producer that stalls longer,
+/// or died, between claim and commit leaves the race described in the module documentation).
+#[cfg(feature = "consumer")]
+fn wait_committed(ring: &crate::ring::Ring, watermark: u64) {
+    let start = std::time::Instant::now();
+    while !ring.committed_below(watermark) && start.elapsed() < RESYNC_WAIT {
+        std::thread::yield_now();
+    }
+}
+
 /// [`resync_records`] with an explicit timestamp for the records.
 #[cfg(feature = "consumer")]
 pub fn resync_records_at(ring: &crate::ring::Ring, ts_ns: u64) -> Vec<crate::format::Record> {
     use crate::format::{Api, EventKind, Record, DEVICE_UNKNOWN};
     let watermark = ring.tail();
+    wait_committed(ring, watermark);
     let pid = ring.pid();
     let mut out = vec![Record::default()];
     ring.live().for_each(|e| {

@@ -55,7 +55,8 @@
 //! A record's `seq` is its position, so the consumer sees contiguous sequence numbers; a gap
 //! means the consumer skipped a slot whose producer died between claim and commit
 //! ([`Ring::skip_pending`]). Events refused because the ring was full get no position: they
-//! are counted in [`Ring::dropped`].
+//! are counted in [`Ring::dropped`] ([`Ring::claim`] at once; [`Ring::try_claim`] when the
+//! producer drops the refusal, after its live-table update).
 //!
 //! The consumer must treat record contents defensively: after a skip, a producer that was
 //! merely stalled (not dead) may still write into the slot and tear the next lap's record.
@@ -514,6 +515,16 @@ impl Ring {
     /// made progress).
     #[inline]
     pub fn claim(&self) -> Option<Claim<'_>> {
+        // A refusal dropped at once is counted at once.
+        self.try_claim().ok()
+    }
+
+    /// [`Ring::claim`] for an event that also updates the live table: when the ring is
+    /// full, the drop is counted only when the returned [`Full`] is dropped. A producer
+    /// keeps it until its live-table update is done, so a consumer that sees the drop
+    /// and resyncs finds that update in the table (see [`crate::live`], Resync).
+    #[inline]
+    pub fn try_claim(&self) -> Result<Claim<'_>, Full<'_>> {
         let tail = self.word(OFF_TAIL);
         let mut pos = tail.load(Ordering::Relaxed);
         loop {
@@ -531,7 +542,7 @@ impl Ring {
                     Ordering::Relaxed,
                 ) {
                     Ok(_) => {
-                        return Some(Claim {
+                        return Ok(Claim {
                             ring: self,
                             pos,
                             done: false,
@@ -541,9 +552,8 @@ impl Ring {
                 }
             } else if (s.wrapping_sub(pos) as i64) < 0 {
                 // The slot still holds (or is still being written for) the previous lap:
-                // the ring is full. Count and give up, never wait.
-                self.word(OFF_DROPPED).fetch_add(1, Ordering::Relaxed);
-                return None;
+                // the ring is full. Give up, never wait; `Full` counts the drop.
+                return Err(Full { ring: self });
             } else {
                 // Another producer took `pos` already; catch up.
                 pos = tail.load(Ordering::Relaxed);
@@ -816,7 +826,24 @@ impl Ring {
 
     /// Events refused because the ring was full (they have no sequence number).
     pub fn dropped(&self) -> u64 {
-        self.word(OFF_DROPPED).load(Ordering::Relaxed)
+        // Acquire pairs with the release in `Full`'s drop: the dropping producer's
+        // live-table update is visible to a consumer that sees its drop.
+        self.word(OFF_DROPPED).load(Ordering::Acquire)
+    }
+
+    /// Whether every position from the consumer's head up to `end` is committed: the
+    /// producers of those events are done with them, live-table updates included. A
+    /// resync waits for this below its watermark (see [`crate::live`], Resync).
+    pub fn committed_below(&self, end: u64) -> bool {
+        let mut pos = self.word(OFF_HEAD).load(Ordering::Relaxed);
+        while (end.wrapping_sub(pos) as i64) > 0 {
+            // Acquire pairs with the producer's release in commit.
+            if self.state(pos).load(Ordering::Acquire) != pos.wrapping_add(1) {
+                return false;
+            }
+            pos = pos.wrapping_add(1);
+        }
+        true
     }
 
     /// Claimed slots the consumer gave up on with [`Ring::skip_pending`] (sequence gaps).
@@ -926,6 +953,21 @@ impl Claim<'_> {
     pub fn commit(mut self, rec: Record) {
         self.done = true;
         self.ring.commit_at(self.pos, rec);
+    }
+}
+
+/// A claim refused because the ring was full (see [`Ring::try_claim`]). Dropping it counts
+/// the event in [`Ring::dropped`].
+#[must_use = "dropping it counts the drop: keep it until the live table is updated"]
+pub struct Full<'a> {
+    ring: &'a Ring,
+}
+
+impl Drop for Full<'_> {
+    fn drop(&mut self) {
+        // Release: whatever the producer did before (its live-table update) is visible to
+        // a consumer that acquires the count.
+        self.ring.word(OFF_DROPPED).fetch_add(1, Ordering::Release);
     }
 }
 

@@ -346,6 +346,42 @@ fn resync_records_describe_the_live_table() {
     assert!(recs.iter().all(|r| r.ts_ns == 555 && r.pid == 42));
 }
 
+/// An event claimed below the watermark whose live-table update lands after the resync
+/// began is in the snapshot: the resync waits for its commit before scanning.
+#[test]
+fn resync_waits_for_events_claimed_below_its_watermark() {
+    let c = RingConfig {
+        capacity: 64,
+        meta_bytes: 64,
+        live_capacity: 64,
+    };
+    let mut m = mem(&c);
+    let ring = m.ring(&c);
+    let claim = ring.claim().unwrap();
+    let seq = claim.seq();
+    let recs = std::thread::scope(|s| {
+        let resync = s.spawn(|| resync_records_at(&ring, 0));
+        // Well after the resync read its watermark (the tail, past `seq`).
+        std::thread::sleep(std::time::Duration::from_millis(30));
+        ring.live()
+            .insert(7 << 20, LiveClass::Device, 0, 700, 0, 0, seq);
+        claim.commit(Record {
+            kind: EventKind::Alloc as u16,
+            addr: 7 << 20,
+            size: 700,
+            ..Record::default()
+        });
+        resync.join().unwrap()
+    });
+    assert_eq!(recs[0].aux, seq + 1, "watermark");
+    let entries: Vec<(u64, u64)> = recs
+        .iter()
+        .filter(|r| r.kind() == Some(EventKind::ResyncEntry))
+        .map(|r| (r.addr, r.seq))
+        .collect();
+    assert_eq!(entries, vec![(7 << 20, seq)]);
+}
+
 #[test]
 fn list_rings_finds_rings_and_liveness() {
     let dir = tempfile::tempdir().unwrap();

@@ -170,6 +170,32 @@ fn drain_stops_at_max_and_pending() {
 }
 
 #[test]
+fn a_refused_try_claim_counts_its_drop_when_dropped() {
+    let c = cfg(8);
+    let mut mem = Mem::new(&c);
+    let ring = mem.init(&c);
+    for i in 0..8 {
+        assert!(ring.push(rec(0, i)));
+    }
+    let full = ring.try_claim().err().expect("the ring is full");
+    // Not yet: the producer still has its live-table update to make.
+    assert_eq!(ring.dropped(), 0);
+    drop(full);
+    assert_eq!(ring.dropped(), 1);
+    // `claim` counts at once.
+    assert!(ring.claim().is_none());
+    assert_eq!(ring.dropped(), 2);
+    // Committed below the tail: everything but a claimed, uncommitted slot.
+    assert!(ring.committed_below(8));
+    assert!(matches!(ring.pop(), Pop::Record(_)));
+    let pending = ring.claim().expect("a slot is free");
+    assert!(!ring.committed_below(ring.tail()));
+    assert!(ring.committed_below(ring.tail() - 1));
+    pending.commit(rec(0, 8));
+    assert!(ring.committed_below(ring.tail()));
+}
+
+#[test]
 fn skipped_slot_is_reusable_and_late_commit_is_harmless() {
     let c = cfg(8);
     let mut mem = Mem::new(&c);

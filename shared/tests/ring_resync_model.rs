@@ -26,7 +26,7 @@ fn event(kind: EventKind, addr: u64, size: u64) -> Record {
 /// What the probe does around a successful allocation (odd threads record drops with the
 /// tail, even ones with SEQ_DROPPED: both must work).
 fn alloc(ring: &Ring, addr: u64, size: u64, drop_seq_is_tail: bool) {
-    let claim = ring.claim();
+    let claim = ring.try_claim();
     let dropped = if drop_seq_is_tail {
         ring.tail()
     } else {
@@ -35,16 +35,17 @@ fn alloc(ring: &Ring, addr: u64, size: u64, drop_seq_is_tail: bool) {
     let seq = claim.as_ref().map_or(dropped, |c| c.seq());
     ring.live()
         .insert(addr, LiveClass::Device, 0, size, 0, 0, seq);
-    if let Some(c) = claim {
+    // A refusal (`Err`) is counted here, after the update.
+    if let Ok(c) = claim {
         c.commit(event(EventKind::Alloc, addr, size));
     }
 }
 
 /// What the probe does before a free.
 fn free(ring: &Ring, addr: u64) {
-    let claim = ring.claim();
+    let claim = ring.try_claim();
     ring.live().remove(addr, LiveClass::Device);
-    if let Some(c) = claim {
+    if let Ok(c) = claim {
         c.commit(event(EventKind::Free, addr, 0));
     }
 }
