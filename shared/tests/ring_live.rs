@@ -16,6 +16,15 @@ impl Mem {
     }
 }
 
+/// A ring of `slots` slots with a live table of as many, and little metadata room.
+fn small(slots: u32) -> RingConfig {
+    RingConfig {
+        capacity: slots,
+        meta_bytes: 64,
+        live_capacity: slots,
+    }
+}
+
 fn mem(cfg: &RingConfig) -> Mem {
     Mem(vec![0u64; cfg.file_len().div_ceil(8)])
 }
@@ -134,11 +143,7 @@ fn marker_keys_are_remapped() {
 
 #[test]
 fn full_table_reports_and_flags() {
-    let c = RingConfig {
-        capacity: 8,
-        meta_bytes: 64,
-        live_capacity: 8,
-    };
+    let c = small(8);
     let mut m = mem(&c);
     let ring = m.ring(&c);
     let t = ring.live();
@@ -268,11 +273,7 @@ fn concurrent_insert_remove_keep_chains_intact() {
 
 #[test]
 fn resync_records_describe_the_live_table() {
-    let c = RingConfig {
-        capacity: 64,
-        meta_bytes: 64,
-        live_capacity: 64,
-    };
+    let c = small(64);
     let mut m = mem(&c);
     let ring = m.ring(&c);
     let push = |kind: EventKind, addr: u64| {
@@ -350,11 +351,7 @@ fn resync_records_describe_the_live_table() {
 /// began is in the snapshot: the resync waits for its commit before scanning.
 #[test]
 fn resync_waits_for_events_claimed_below_its_watermark() {
-    let c = RingConfig {
-        capacity: 64,
-        meta_bytes: 64,
-        live_capacity: 64,
-    };
+    let c = small(64);
     let mut m = mem(&c);
     let ring = m.ring(&c);
     let claim = ring.claim().unwrap();
@@ -386,11 +383,7 @@ fn resync_waits_for_events_claimed_below_its_watermark() {
 fn list_rings_finds_rings_and_liveness() {
     let dir = tempfile::tempdir().unwrap();
     let me = std::process::id();
-    let c = RingConfig {
-        capacity: 8,
-        meta_bytes: 64,
-        live_capacity: 8,
-    };
+    let c = small(8);
     let _mine = RingFile::create(dir.path().join(format!("{me}.ring")), &c, me).unwrap();
     let exited = RingFile::create(dir.path().join("1.ring"), &c, 1).unwrap();
     exited.set_flag(EXITED);
