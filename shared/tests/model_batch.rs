@@ -81,7 +81,7 @@ fn assert_same(a: &Model, b: &Model) {
     }
     for (x, y) in a.devices().iter().zip(b.devices()) {
         assert_eq!(a.device_summary(x.id()), b.device_summary(y.id()));
-        assert_eq!(x.arena(), y.arena());
+        assert_eq!(a.device_arena(x.id()), b.device_arena(y.id()));
         let (p, q) = (
             a.device_series(x.id()).unwrap(),
             b.device_series(y.id()).unwrap(),

@@ -793,10 +793,7 @@ fn late_device_metadata_moves_the_space_to_its_uuid() {
     );
     assert_eq!(m.device(d).unwrap().totals().live_bytes, 0x100);
     assert_eq!(m.devices()[0].totals().live_bytes, 0);
-    assert_eq!(
-        m.device(d).unwrap().arena().unwrap().total_free,
-        (1 << 20) - 0x100
-    );
+    assert_eq!(m.device_arena(d).unwrap().total_free, (1 << 20) - 0x100);
 }
 
 #[test]
@@ -943,7 +940,10 @@ fn checkpoint_round_trip_and_errors() {
     let r = Model::restore(&cp).unwrap();
     assert_eq!(r.checkpoint(), cp);
     assert_eq!(r.spaces()[0].totals(), m.spaces()[0].totals());
-    assert_eq!(r.devices()[0].arena(), m.devices()[0].arena());
+    assert_eq!(
+        r.device_arena(r.devices()[0].id()),
+        m.device_arena(m.devices()[0].id())
+    );
     assert_eq!(
         Model::restore(b"nope, not a checkpoint").err(),
         Some(CheckpointError::BadMagic)

@@ -196,8 +196,15 @@ impl Arena {
                     return Err(r);
                 }
                 self.count(pg, a - pend);
+                let g = next - e;
+                if self.regions.split_gap(&c, i, a - pend, a, r, g) {
+                    // The previous entry was in `c`'s leaf, which had room.
+                    self.count(0, g);
+                    self.live += r.size;
+                    return Ok(true);
+                }
                 self.regions.set_gap_pos(pc, i, a - pend);
-                next - e
+                g
             }
             None => {
                 // `at` is the first region, if any.

@@ -68,6 +68,7 @@ pub struct Device {
     /// and arena figures are then the space's at every event, so it observes and records
     /// none of its own.
     pub(crate) shared_with: Option<u32>,
+    /// Stale while `shared_with` is set: the space's figures are then the device's.
     pub(crate) arena: Option<ArenaFigures>,
     pub(crate) worst: Option<SpaceId>,
     /// `(largest free block, space index)` of every space with an arena.
@@ -127,12 +128,8 @@ impl Device {
     pub fn totals(&self) -> &Totals {
         &self.totals
     }
-    /// The arena figures of its most constrained space: the one whose largest free block is
-    /// smallest (ties: the lowest space id). `None` when no space has an arena.
-    pub fn arena(&self) -> Option<ArenaFigures> {
-        self.arena
-    }
-    /// The space whose arena [`Device::arena`] reports.
+    /// The space whose arena figures are the device's (see
+    /// [`Model::device_arena`](super::Model::device_arena)): the most constrained one.
     pub fn arena_space(&self) -> Option<SpaceId> {
         self.worst
     }
@@ -213,6 +210,7 @@ impl super::Model {
         if let Some(sp) = self.spaces.get(s as usize) {
             dev.series.adopt_recorded(&sp.series);
             dev.summary = sp.summary;
+            dev.arena = sp.arena.figures();
         }
     }
 }
@@ -301,7 +299,7 @@ mod tests {
         assert_eq!(m.devices()[0].shared_with, None);
         let after = pts(m.device_series(d).unwrap().get(Metric::TotalFree));
         assert_eq!(after[..before.len() - 1], before[..before.len() - 1]);
-        let a = m.devices()[0].arena().unwrap();
+        let a = m.device_arena(m.devices()[0].id()).unwrap();
         let last = m
             .device_series(d)
             .unwrap()
@@ -396,6 +394,13 @@ mod tests {
                         own.device_summary(id),
                         "round {round} record {i}"
                     );
+                    assert_eq!(
+                        shared.device_arena(id),
+                        own.device_arena(id),
+                        "round {round} record {i}"
+                    );
+                    assert_eq!(shared.device_final(id), own.device_final(id));
+                    assert_eq!(d.exit_snapshot(), own.device(id).unwrap().exit_snapshot());
                     let (a, b) = (
                         shared.device_series(id).unwrap(),
                         own.device_series(id).unwrap(),

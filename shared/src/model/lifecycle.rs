@@ -239,11 +239,12 @@ impl Model {
                     .map(|r| (r.kind, r.size)),
             );
             self.spaces[s as usize].exit = Some(snap);
+            let arena = self.arena_in_force(&self.devices[d]);
             let dev = &mut self.devices[d];
             dev.exit = Some(Snapshot {
                 at: Some(now),
                 totals: dev.totals,
-                arena: dev.arena,
+                arena,
             });
         }
         let v = &self.processes[p as usize].vmm;

@@ -325,7 +325,17 @@ impl Model {
 
     #[inline]
     pub(crate) fn touch(&mut self, s: u32) {
-        if self.touched.last() != Some(&s) && !self.touched.contains(&s) {
+        // Usually the first space an event touches, and the only one.
+        match self.touched.last() {
+            None => self.touched.push(s),
+            Some(&l) if l == s => {}
+            Some(_) => self.touch_another(s),
+        }
+    }
+
+    #[cold]
+    fn touch_another(&mut self, s: u32) {
+        if !self.touched.contains(&s) {
             self.touched.push(s);
         }
     }
@@ -545,24 +555,25 @@ impl Model {
             return;
         };
         let worst = dev.arena_set.first().map(|&(_, s)| s);
+        dev.worst = worst.map(SpaceId);
+        // A device sharing its only space's figures has nothing of its own to update: its
+        // arena figures, summary and series are that space's, kept by the space.
+        if dev.shared_with.is_some() {
+            return;
+        }
         // Read from the space straight into the device: a copy of figures built on the
         // stack stalled on store forwarding here.
         dev.arena = worst
             .and_then(|s| self.spaces.get(s as usize))
             .and_then(|sp| sp.arena.figures());
-        dev.worst = worst.map(SpaceId);
-        // A device sharing its only space's summary and series has nothing of its own to
-        // update: its figures are that space's, observed and recorded by the space.
-        if dev.shared_with.is_none() {
-            let ratio = match (worst, done) {
-                (Some(w), Some((s, ratio))) if w == s => ratio,
-                _ => dev.arena.map_or(0.0, |a| a.ratio()),
-            };
-            dev.summary
-                .observe(&dev.totals, dev.arena.as_ref(), ratio, now);
-            dev.series
-                .record(now.ts_ns, &dev.totals, dev.arena.as_ref(), ratio);
-        }
+        let ratio = match (worst, done) {
+            (Some(w), Some((s, ratio))) if w == s => ratio,
+            _ => dev.arena.map_or(0.0, |a| a.ratio()),
+        };
+        dev.summary
+            .observe(&dev.totals, dev.arena.as_ref(), ratio, now);
+        dev.series
+            .record(now.ts_ns, &dev.totals, dev.arena.as_ref(), ratio);
     }
 
     // ------------------------------------------------------------ accessors
@@ -627,6 +638,21 @@ impl Model {
     /// see [`Model::device_series`]).
     pub fn device_summary(&self, id: DeviceId) -> Option<&Summary> {
         self.device(id).map(|d| self.summary_in_force(d))
+    }
+
+    /// The arena figures of a device: those of its most constrained space, the one whose
+    /// largest free block is smallest (ties: the lowest space id; see
+    /// [`Device::arena_space`]). `None` when no space has an arena.
+    pub fn device_arena(&self, id: DeviceId) -> Option<ArenaFigures> {
+        self.device(id).and_then(|d| self.arena_in_force(d))
+    }
+
+    /// The arena figures of `d` in force: its shared space's while it shares one.
+    pub(crate) fn arena_in_force(&self, d: &Device) -> Option<ArenaFigures> {
+        match self.shared_space(d) {
+            Some(sp) => sp.arena.figures(),
+            None => d.arena,
+        }
     }
 
     /// The summary of `d` in force: its shared space's while it shares one.
@@ -694,7 +720,7 @@ impl Model {
             _ => Snapshot {
                 at: None,
                 totals: d.totals,
-                arena: d.arena,
+                arena: self.arena_in_force(d),
             },
         }
     }

@@ -633,6 +633,43 @@ impl RegionTree {
         }
     }
 
+    /// Splits the gap of entry `prev` of `c`'s leaf (the entry just before `c`) around a new
+    /// entry: `prev`'s gap becomes `left`, and `a` goes in at `c` with region `r` and gap
+    /// `right`, both parts of the old gap. One update of the largest gaps for the two
+    /// changes, with no rescan unless the old gap was the leaf's largest. `false`, with
+    /// nothing changed, when the leaf is full: the caller splits it through
+    /// [`RegionTree::insert_at`].
+    #[inline]
+    pub(crate) fn split_gap(
+        &mut self,
+        c: &Cursor,
+        prev: usize,
+        left: u64,
+        a: u64,
+        r: Region,
+        right: u64,
+    ) -> bool {
+        let Some(l) = self.leaves.get_mut(c.leaf as usize) else {
+            return false;
+        };
+        // `prev` in another leaf: `c` is at its leaf's start, and `prev` is not below it.
+        if l.n >= LB || prev >= c.pos {
+            return false;
+        }
+        let s = l.slot[prev] as usize;
+        let old = l.gaps[s];
+        l.gaps[s] = left;
+        l.insert(c.pos, a, r, right);
+        self.len += 1;
+        let path = &c.path[..c.depth];
+        // `left` and `right` are parts of `old`: the largest gap changes only if `old` was it.
+        if old >= self.recorded(path) {
+            let m = self.leaves[c.leaf as usize].max();
+            self.fix_up(path, m);
+        }
+        true
+    }
+
     /// Inserts `a` (which must not be present) at the position [`RegionTree::seek`] gave
     /// for it, with region `r` and gap `g`. Cursors taken before are invalid afterwards.
     pub(crate) fn insert_at(&mut self, c: &Cursor, a: u64, r: Region, g: u64) {
@@ -986,7 +1023,20 @@ mod tests {
             let c = t.seek(k);
             let present = t.at(&c).is_some_and(|e| e.0 == k);
             assert_eq!(present, naive.contains_key(&k));
-            if ins && !present {
+            let prev = t.before(&c).and_then(|p| t.at(&p)).map(|e| (e.0, e.2));
+            if let Some((pk, pg)) = prev.filter(|_| ins && !present && i % 2 == 1) {
+                // Split the gap before `k` (what an allocation does): the previous key
+                // keeps part of it, `k` gets at most the rest.
+                let (left, right) = (pg / 2, g.min(pg - pg / 2));
+                if !t.split_gap(&c, c.pos.wrapping_sub(1), left, k, reg(i), right) {
+                    // Another leaf, or a full one: the two steps apart.
+                    t.insert_at(&c, k, reg(i), right);
+                    let p = t.before(&t.seek(k)).unwrap();
+                    t.set_gap(&p, left);
+                }
+                naive.insert(k, (i, right));
+                naive.get_mut(&pk).unwrap().1 = left;
+            } else if ins && !present {
                 t.insert_at(&c, k, reg(i), g);
                 naive.insert(k, (i, g));
             } else if ins {

@@ -125,7 +125,7 @@ pub fn arena_of(pid: u32, entries: &[LiveEntry], capacity: Option<u64>) -> Optio
     model
         .devices()
         .iter()
-        .filter_map(|d| d.arena())
+        .filter_map(|d| model.device_arena(d.id()))
         .min_by_key(|a| a.largest_free)
 }
 

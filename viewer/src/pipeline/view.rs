@@ -232,7 +232,7 @@ fn scoped(m: &Model, space: SpaceKey, merged: bool) -> Option<Scoped<'_>> {
     Some(match (merged, device) {
         (true, Some(d)) => Scoped {
             totals: d.totals(),
-            arena: d.arena(),
+            arena: m.device_arena(d.id()),
             summary: m.device_summary(d.id())?,
             series: m.device_series(d.id())?,
             device,
