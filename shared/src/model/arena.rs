@@ -262,6 +262,10 @@ impl Arena {
             Some((pc, i)) => {
                 if let Some((_, _, pg)) = self.regions.at_pos(pc, i) {
                     self.count(pg, pg + merged);
+                    if self.regions.merge_gap(&c, i, pg + merged) {
+                        // The previous entry was in `c`'s leaf, which stays full enough.
+                        return Some(out);
+                    }
                     self.regions.set_gap_pos(pc, i, pg + merged);
                 }
             }

@@ -400,6 +400,7 @@ mod tests {
                         "round {round} record {i}"
                     );
                     assert_eq!(shared.device_final(id), own.device_final(id));
+                    assert_eq!(d.arena_space(), own.device(id).unwrap().arena_space());
                     assert_eq!(d.exit_snapshot(), own.device(id).unwrap().exit_snapshot());
                     let (a, b) = (
                         shared.device_series(id).unwrap(),

@@ -538,6 +538,7 @@ impl Model {
                 if let Some(k) = key {
                     dev.arena_set.insert((k, s));
                 }
+                dev.worst = dev.arena_set.first().map(|&(_, s)| SpaceId(s));
             }
             sp.set_key = key;
         }
@@ -554,13 +555,14 @@ impl Model {
         let Some(dev) = self.devices.get_mut(d as usize) else {
             return;
         };
-        let worst = dev.arena_set.first().map(|&(_, s)| s);
-        dev.worst = worst.map(SpaceId);
         // A device sharing its only space's figures has nothing of its own to update: its
-        // arena figures, summary and series are that space's, kept by the space.
+        // arena figures, summary and series are that space's, kept by the space (and its
+        // most constrained space changes only with its arena set, in `finish_space`).
         if dev.shared_with.is_some() {
             return;
         }
+        let worst = dev.arena_set.first().map(|&(_, s)| s);
+        dev.worst = worst.map(SpaceId);
         // Read from the space straight into the device: a copy of figures built on the
         // stack stalled on store forwarding here.
         dev.arena = worst
