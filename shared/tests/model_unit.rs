@@ -797,6 +797,42 @@ fn late_device_metadata_moves_the_space_to_its_uuid() {
 }
 
 #[test]
+fn a_space_moving_onto_a_device_with_one_process_adds_to_its_totals() {
+    let mut m = Model::new();
+    let mut buf = [0u8; 256];
+    // Rank 1 names its GPU from the start: the device has that one process.
+    let mut e1 = Ev {
+        seq: 0,
+        pid: 1,
+        dev: 0,
+    };
+    let n = device_meta(&mut buf, "GPU-dddd");
+    let mut r = e1.rec(EventKind::Device, 0, 1 << 20, 0, 0);
+    r.meta = 8;
+    m.apply_with_meta(&r, Some(&MetaEntry::parse(&buf[..n]).unwrap()));
+    apply(&mut m, &mut e1, EventKind::Alloc, 0x1000, 0x100, 0, 0);
+    // Rank 2's metadata comes late: it starts on an ordinal-only device.
+    let mut e2 = Ev {
+        seq: 0,
+        pid: 2,
+        dev: 0,
+    };
+    let mut r = e2.rec(EventKind::Device, 0, 1 << 20, 0, 0);
+    r.meta = 9;
+    m.apply(&r);
+    apply(&mut m, &mut e2, EventKind::Alloc, 0x8000, 0x200, 0, 0);
+    let n = device_meta(&mut buf, "GPU-dddd");
+    m.apply_meta(2, 9, &MetaEntry::parse(&buf[..n]).unwrap());
+    let d = m.spaces()[0].device();
+    assert_eq!(m.spaces()[1].device(), d);
+    assert_eq!(m.device(d).unwrap().totals().live_bytes, 0x300);
+    assert_eq!(m.device(d).unwrap().totals().live_count, 2);
+    apply(&mut m, &mut e1, EventKind::Free, 0x1000, 0, 0, 0);
+    assert_eq!(m.device(d).unwrap().totals().live_bytes, 0x200);
+    assert_eq!(m.device_summary(d).unwrap().peak_live, 0x300);
+}
+
+#[test]
 fn process_info_from_metadata() {
     let mut buf = [0u8; 512];
     let mut w = MetaWriter::new(&mut buf, MetaKind::ProcessInfo);

@@ -147,7 +147,7 @@ impl Arena {
     }
 
     /// Inserts `r` at `a` inside the arena's current bounds, replacing what it overlaps.
-    #[inline]
+    #[inline(always)]
     fn place(&mut self, a: u64, r: Region) -> Insert {
         let e = a + r.size;
         match self.try_insert(a, r) {
@@ -171,7 +171,7 @@ impl Arena {
 
     /// Inserts when `[a, a + size)` lies in one gap: `Ok(true)`. `Ok(false)`: a duplicate
     /// (same address and seq). `Err`: it overlaps a live region.
-    #[inline]
+    #[inline(always)]
     fn try_insert(&mut self, a: u64, r: Region) -> Result<bool, Region> {
         let e = a + r.size;
         let c = self.regions.seek(a);

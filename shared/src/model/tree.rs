@@ -370,7 +370,7 @@ impl RegionTree {
 
     /// The position of `a`: its entry if present, else where it would be inserted (the
     /// leaf index of the first key ≥ `a`).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn seek(&self, a: u64) -> Cursor {
         let mut c = Cursor {
             path: [(0, 0); MAXD],
