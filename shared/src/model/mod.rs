@@ -479,6 +479,8 @@ impl Model {
     }
 
     /// Updates summaries, the device arena sets and the series of what the event touched.
+    /// Forced inline into its two callers: one call fewer per event.
+    #[inline(always)]
     fn finish(&mut self) {
         if self.touched.is_empty() && self.touched_dev.is_empty() {
             return;
