@@ -658,6 +658,7 @@ impl RegionTree {
         }
         let s = l.slot[prev] as usize;
         let old = l.gaps[s];
+        debug_assert!(left <= old && right <= old);
         l.gaps[s] = left;
         l.insert(c.pos, a, r, right);
         self.len += 1;
