@@ -2,9 +2,12 @@
 //! and draining a full ring into a trace file.
 //!
 //! Target: push ≤ 50 ns median from one thread (`ring/push/1_thread`, which times pushes
-//! that have room). The 2- and 8-thread benches report aggregate wall time per accepted push,
-//! retries on a full ring included, so they also measure how fast the consumer drains. The ring lives in ordinary memory here; a
-//! `MAP_SHARED` file mapping behaves the same once its pages are resident.
+//! that have room while the consumer drains every 0.5 ms, as `fragprobe run`'s recorder
+//! does; `1_thread_spinning_consumer` is the worst case, a consumer draining without pause
+//! and so pulling every line the producer writes over to its own core). The 2- and 8-thread
+//! benches report aggregate wall time per accepted push, retries on a full ring included, so
+//! they also measure how fast the (spinning) consumer drains. The ring lives in ordinary
+//! memory here; a `MAP_SHARED` file mapping behaves the same once its pages are resident.
 
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -42,16 +45,32 @@ fn rec(i: u64) -> Record {
     }
 }
 
-/// Runs `f` while a consumer thread drains `ring` (yielding the CPU when it is empty).
-fn with_consumer<T>(ring: &Ring, f: impl FnOnce() -> T) -> T {
+/// How the consumer waits between drains.
+#[derive(Clone, Copy)]
+enum Poll {
+    /// Drains again at once, yielding the CPU only when the ring is empty: the worst case
+    /// for the producer, whose freshly written lines the consumer keeps pulling away.
+    Spin,
+    /// Sleeps this long after every drain, as `fragprobe run`'s recorder does while
+    /// records keep coming (0.5 ms, growing to 10.5 ms when idle).
+    Every(Duration),
+}
+
+/// The recorder's polling interval while busy (see `record/session.rs`).
+const RECORDER_POLL: Duration = Duration::from_micros(500);
+
+/// Runs `f` while a consumer thread drains `ring`.
+fn with_consumer<T>(ring: &Ring, poll: Poll, f: impl FnOnce() -> T) -> T {
     let stop = AtomicBool::new(false);
     std::thread::scope(|s| {
         s.spawn(|| {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
                 let st = ring.drain(usize::MAX, &mut |r| n = n.wrapping_add(r.addr));
-                if st.count == 0 {
-                    std::thread::yield_now();
+                match poll {
+                    Poll::Spin if st.count == 0 => std::thread::yield_now(),
+                    Poll::Spin => {}
+                    Poll::Every(d) => std::thread::sleep(d),
                 }
             }
             black_box(n);
@@ -69,42 +88,48 @@ fn push(c: &mut Criterion) {
 
     // One producer: time blocks of pushes that are sure to fit (the wait for room, if the
     // consumer falls behind, is not timed), so this is the cost of claim + commit itself
-    // while the consumer drains concurrently.
-    let mut mem = Mem::new(&cfg);
-    let ring = mem.ring(&cfg);
-    let mut waits = 0u64;
-    with_consumer(&ring, || {
-        let mut i = 0u64;
-        g.bench_function("1_thread", |b| {
-            b.iter_custom(|iters| {
-                const BLOCK: u64 = 1024;
-                let mut timed = Duration::ZERO;
-                let mut left = iters;
-                while left > 0 {
-                    let n = left.min(BLOCK);
-                    while ring.tail() - ring.head() > ring.capacity() - n {
-                        waits += 1;
-                        std::thread::yield_now();
+    // while a consumer drains concurrently: one polling as the recorder does, and one
+    // spinning on the lines the producer writes.
+    for (name, poll) in [
+        ("1_thread", Poll::Every(RECORDER_POLL)),
+        ("1_thread_spinning_consumer", Poll::Spin),
+    ] {
+        let mut mem = Mem::new(&cfg);
+        let ring = mem.ring(&cfg);
+        let mut waits = 0u64;
+        with_consumer(&ring, poll, || {
+            let mut i = 0u64;
+            g.bench_function(name, |b| {
+                b.iter_custom(|iters| {
+                    const BLOCK: u64 = 1024;
+                    let mut timed = Duration::ZERO;
+                    let mut left = iters;
+                    while left > 0 {
+                        let n = left.min(BLOCK);
+                        while ring.tail() - ring.head() > ring.capacity() - n {
+                            waits += 1;
+                            std::thread::yield_now();
+                        }
+                        let t0 = Instant::now();
+                        for _ in 0..n {
+                            i += 1;
+                            black_box(ring.push(black_box(rec(i))));
+                        }
+                        timed += t0.elapsed();
+                        left -= n;
                     }
-                    let t0 = Instant::now();
-                    for _ in 0..n {
-                        i += 1;
-                        black_box(ring.push(black_box(rec(i))));
-                    }
-                    timed += t0.elapsed();
-                    left -= n;
-                }
-                timed
-            })
+                    timed
+                })
+            });
         });
-    });
-    assert_eq!(ring.dropped(), 0, "every timed push had room");
-    eprintln!("ring/push/1_thread: waited for room {waits} times (untimed)");
+        assert_eq!(ring.dropped(), 0, "every timed push had room");
+        eprintln!("ring/push/{name}: waited for room {waits} times (untimed)");
+    }
 
     for threads in [2u64, 8] {
         let mut mem = Mem::new(&cfg);
         let ring = mem.ring(&cfg);
-        with_consumer(&ring, || {
+        with_consumer(&ring, Poll::Spin, || {
             g.bench_function(format!("{threads}_threads"), |b| {
                 b.iter_custom(|iters| {
                     let per = iters.div_ceil(threads);
