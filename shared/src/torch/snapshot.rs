@@ -15,7 +15,10 @@ use std::path::Path;
 
 use crate::model::hash::FxMap;
 
-use super::pickle::{read_pickle, read_pickle_bytes, Handle, Pickle, PickleError, Val};
+use super::pickle::{
+    chunk_supply, read_pickle, read_pickle_bytes, read_pickle_bytes_supplied, Handle, Pickle,
+    PickleError, Val,
+};
 use super::stacks::{Frame, FrameId, StackId, Stacks, EMPTY_STACK};
 
 /// Which of PyTorch's two block pools a segment belongs to.
@@ -331,16 +334,24 @@ pub fn load_snapshot(path: &Path) -> Result<Snapshot, ImportError> {
         Ok(m) => {
             let _ = m.advise(memmap2::Advice::Sequential);
             let p = std::thread::scope(|s| {
-                if m.len() >= PREFAULT_BYTES {
-                    // Mapping a big file's pages in (page-cache lookups, page-table
-                    // updates) costs the parser ~15 %: a second thread touches one byte
-                    // a page ahead of it. A thread that cannot start changes nothing.
-                    let bytes: &[u8] = &m;
-                    let _ = std::thread::Builder::new()
-                        .name("fragprobe-prefault".into())
-                        .spawn_scoped(s, move || touch_pages(bytes));
+                if m.len() < PREFAULT_BYTES {
+                    return read_pickle_bytes(&m);
                 }
-                read_pickle_bytes(&m)
+                // Page faults cost a big parse about a third of its time: mapping the
+                // file's pages in (page-cache lookups, page-table updates), and fresh
+                // memory for the values. A second thread touches one byte a page of the
+                // file ahead of the parser, then makes item chunks with their pages
+                // already written until the parse ends. A thread that cannot start
+                // changes nothing.
+                let bytes: &[u8] = &m;
+                let (maker, supply) = chunk_supply();
+                let _ = std::thread::Builder::new()
+                    .name("fragprobe-prefault".into())
+                    .spawn_scoped(s, move || {
+                        touch_pages(bytes);
+                        maker.run();
+                    });
+                read_pickle_bytes_supplied(&m, supply)
             })?;
             let snap = decode(&p);
             // Unmapping the file and freeing the pickle's values are tens of milliseconds
@@ -492,22 +503,30 @@ impl<'p> Decoder<'p> {
         }
         let mid = entries.len() / 2;
         let p = self.p;
+        // Each half writes its own part of the one output buffer: no second buffer to
+        // append (a copy of half the trace, and its fresh pages, on this thread).
+        let mut out: Vec<TraceEvent> = Vec::with_capacity(entries.len());
+        let (lo, hi) = out.spare_capacity_mut()[..entries.len()].split_at_mut(mid);
         let (first, second) = std::thread::scope(|s| {
             let half = s.spawn(move || {
                 let mut d = Decoder::new(p);
-                let evs = d.events_from(&entries[mid..], dev, mid);
-                (evs, d.stacks)
+                let done = d.events_into(&entries[mid..], dev, mid, hi);
+                (done, d.stacks)
             });
-            let first = self.events_from(&entries[..mid], dev, 0);
+            let first = self.events_into(&entries[..mid], dev, 0, lo);
             (first, half.join())
         });
-        let mut out = first?;
+        first?;
         let (second, stacks) = match second {
             Ok(r) => r,
             // The half only decodes; a panic there is a bug: decode in one pass instead.
             Err(_) => return self.events_from(entries, dev, 0),
         };
-        let mut second = second?;
+        second?;
+        // SAFETY: `events_into` returned `Ok` for both halves, and it does so only after
+        // writing every slot it was given: together, the first `entries.len()` slots of
+        // the capacity reserved above.
+        unsafe { out.set_len(entries.len()) };
         let remap: Vec<StackId> = (0..stacks.stack_count() as StackId)
             .map(|id| {
                 let frames: Vec<FrameId> = stacks
@@ -517,11 +536,26 @@ impl<'p> Decoder<'p> {
                 self.stacks.stack(&frames)
             })
             .collect();
-        for ev in &mut second {
+        for ev in &mut out[mid..] {
             ev.stack = remap[ev.stack as usize];
         }
-        out.append(&mut second);
         Ok(out)
+    }
+
+    /// Decodes `entries` (the trace's entries from index `first`) into `dst`, one slot
+    /// each; `Ok` only once every slot of `dst` is written.
+    fn events_into(
+        &mut self,
+        entries: &[Handle],
+        dev: usize,
+        first: usize,
+        dst: &mut [std::mem::MaybeUninit<TraceEvent>],
+    ) -> Result<(), ImportError> {
+        assert_eq!(entries.len(), dst.len());
+        for (j, (&e, slot)) in entries.iter().zip(dst.iter_mut()).enumerate() {
+            slot.write(self.event(e, dev, first + j)?);
+        }
+        Ok(())
     }
 
     fn events_from(

@@ -17,7 +17,8 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::io::{BufRead, ErrorKind, Read};
-use std::sync::Arc;
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
 
 use crate::model::hash::FxMap;
 
@@ -166,8 +167,49 @@ pub struct Pickle {
     /// list or dict, and no reallocation of one huge arena); a container too big for a
     /// chunk gets one of its own.
     chunks: Vec<Vec<Handle>>,
+    /// Where fresh chunks come from while the VM runs, if another thread makes them.
+    supply: Option<Supply>,
     /// The protocol named by the `PROTO` opcode (0 when absent).
     pub protocol: u8,
+}
+
+/// Fresh item chunks made by a [`ChunkMaker`] on another thread, their pages already
+/// mapped: a big parse then does not stop for a page fault every 4 KiB of items.
+#[derive(Clone, Debug)]
+struct Supply(Arc<Mutex<Receiver<Vec<Handle>>>>);
+
+/// The receiving end of a [`ChunkMaker`], for [`read_pickle_bytes_supplied`].
+#[derive(Debug)]
+pub struct ChunkSupply(Receiver<Vec<Handle>>);
+
+/// Makes empty item chunks with every page written once, a few ahead of the parser.
+#[derive(Debug)]
+pub struct ChunkMaker(SyncSender<Vec<Handle>>);
+
+/// Chunks a [`ChunkMaker`] keeps ready (64 KiB each).
+const CHUNKS_AHEAD: usize = 32;
+
+/// A connected maker and supply.
+pub fn chunk_supply() -> (ChunkMaker, ChunkSupply) {
+    let (tx, rx) = sync_channel(CHUNKS_AHEAD);
+    (ChunkMaker(tx), ChunkSupply(rx))
+}
+
+impl ChunkMaker {
+    /// Makes chunks until the parse that took the supply has ended (run it on a thread of
+    /// its own; it returns then).
+    pub fn run(self) {
+        const PER_PAGE: usize = 4096 / std::mem::size_of::<Handle>();
+        loop {
+            let mut v: Vec<Handle> = Vec::with_capacity(ARENA_CHUNK);
+            for slot in v.spare_capacity_mut().iter_mut().step_by(PER_PAGE) {
+                slot.write(Handle::NONE);
+            }
+            if self.0.send(v).is_err() {
+                return;
+            }
+        }
+    }
 }
 
 impl Pickle {
@@ -335,7 +377,14 @@ impl Pickle {
             } else {
                 ARENA_CHUNK
             };
-            self.chunks.push(Vec::with_capacity(size));
+            let ready = match &self.supply {
+                Some(Supply(rx)) if size == ARENA_CHUNK => {
+                    rx.try_lock().ok().and_then(|rx| rx.try_recv().ok())
+                }
+                _ => None,
+            };
+            self.chunks
+                .push(ready.unwrap_or_else(|| Vec::with_capacity(size)));
         }
         let chunk = self.chunks.len() - 1;
         let c = &mut self.chunks[chunk];
@@ -512,18 +561,31 @@ pub fn read_pickle<R: BufRead>(r: R) -> Result<Pickle, PickleError> {
 /// Reads one pickle from a byte slice (a mapped file, say), in place: no copy of the
 /// input is made.
 pub fn read_pickle_bytes(b: &[u8]) -> Result<Pickle, PickleError> {
-    run_vm(Input::whole(b), Limits::default())
+    run_vm(Input::whole(b), Limits::default(), None)
+}
+
+/// [`read_pickle_bytes`] taking fresh chunks from `supply` (a [`ChunkMaker`] on another
+/// thread) while they are ready; the maker stops when this returns.
+pub fn read_pickle_bytes_supplied(b: &[u8], supply: ChunkSupply) -> Result<Pickle, PickleError> {
+    run_vm(Input::whole(b), Limits::default(), Some(supply))
 }
 
 /// [`read_pickle`] with explicit [`Limits`].
 pub fn read_pickle_with<R: BufRead>(r: R, limits: Limits) -> Result<Pickle, PickleError> {
-    run_vm(Input::new(Chunks::new(r)), limits)
+    run_vm(Input::new(Chunks::new(r)), limits, None)
 }
 
-fn run_vm<S: Source>(input: Input<S>, limits: Limits) -> Result<Pickle, PickleError> {
+fn run_vm<S: Source>(
+    input: Input<S>,
+    limits: Limits,
+    supply: Option<ChunkSupply>,
+) -> Result<Pickle, PickleError> {
     let mut vm = Vm {
         input,
-        out: Pickle::default(),
+        out: Pickle {
+            supply: supply.map(|s| Supply(Arc::new(Mutex::new(s.0)))),
+            ..Pickle::default()
+        },
         stack: Vec::new(),
         marks: Vec::new(),
         memo: Vec::new(),
@@ -536,7 +598,10 @@ fn run_vm<S: Source>(input: Input<S>, limits: Limits) -> Result<Pickle, PickleEr
         limits,
         op_at: 0,
     };
-    vm.run()?;
+    let ran = vm.run();
+    // Dropping the supply stops its maker.
+    vm.out.supply = None;
+    ran?;
     Ok(vm.out)
 }
 
