@@ -262,3 +262,52 @@ fn long_traces_decode_in_halves_like_one_pass() {
     assert_eq!(back.stacks.stack_count(), one_back.stacks.stack_count());
     assert_eq!(back.stacks.frame_count(), one_back.stacks.frame_count());
 }
+
+/// Replaces the one `LONG1` int `v` (six bytes) in `bytes` by a six-character string of the
+/// same length: that trace entry's field becomes malformed.
+fn spoil_long1(bytes: &mut [u8], v: u64) {
+    let mut pat = vec![0x8a, 6];
+    pat.extend_from_slice(&v.to_le_bytes()[..6]);
+    let at: Vec<usize> = (0..bytes.len() - pat.len())
+        .filter(|&i| bytes[i..i + pat.len()] == pat[..])
+        .collect();
+    assert_eq!(at.len(), 1, "the value is written once, as LONG1");
+    bytes[at[0]..at[0] + 8].copy_from_slice(b"\x8c\x06spoilt");
+}
+
+/// A malformed entry in a long trace is reported the same whichever half of the parallel
+/// decode it falls in, and with one in each half, the first one is reported.
+#[test]
+fn long_traces_report_their_first_malformed_entry() {
+    let one = load_snapshot(&fixture("MAGMA27__memory_snapshot.pickle")).unwrap();
+    let mut tiled = one.clone();
+    for _ in 1..80 {
+        tiled.traces[0].extend_from_slice(&one.traces[0]);
+    }
+    let n = tiled.traces[0].len();
+    let allocs: Vec<usize> = (0..n)
+        .filter(|&i| tiled.traces[0][i].action == Action::Alloc)
+        .collect();
+    let early = allocs[allocs.len() / 10];
+    let late = allocs[allocs.len() / 10 * 9];
+    assert!(early < n / 2 && late > n / 2);
+    let (a, b) = (0x5a5a_5a5a_5a01u64, 0x5a5a_5a5a_5a02u64);
+    tiled.traces[0][early].addr = a;
+    tiled.traces[0][late].addr = b;
+    let clean = write_snapshot_pickle(Vec::new(), &tiled).unwrap();
+    let err = |spoil: &[u64]| {
+        let mut bytes = clean.clone();
+        for &v in spoil {
+            spoil_long1(&mut bytes, v);
+        }
+        read_snapshot(&bytes[..]).unwrap_err().to_string()
+    };
+    let at = |j: usize| format!("device_traces[0][{j}]");
+    assert!(err(&[b]).contains(&at(late)), "{}", err(&[b]));
+    assert!(err(&[a]).contains(&at(early)), "{}", err(&[a]));
+    let both = err(&[a, b]);
+    assert!(
+        both.contains(&at(early)) && !both.contains(&at(late)),
+        "{both}"
+    );
+}
