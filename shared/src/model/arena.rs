@@ -185,7 +185,8 @@ impl Arena {
         }
         // The previous entry: index `i` of `pc`'s leaf, usually `c`'s own (no cursor copy).
         let mut far = None;
-        let g = match self.regions.prev(&c, &mut far) {
+        // `placed`: the new entry is in already (see `split_gap`).
+        let (g, placed) = match self.regions.prev(&c, &mut far) {
             Some((pc, i)) => {
                 let Some((ps, pr, pg)) = self.regions.at_pos(pc, i) else {
                     return Err(r);
@@ -197,14 +198,12 @@ impl Arena {
                 }
                 self.count(pg, a - pend);
                 let g = next - e;
-                if self.regions.split_gap(&c, i, a - pend, a, r, g) {
-                    // The previous entry was in `c`'s leaf, which had room.
-                    self.count(0, g);
-                    self.live += r.size;
-                    return Ok(true);
+                // One step when the previous entry is in `c`'s leaf and it has room.
+                let placed = self.regions.split_gap(&c, i, a - pend, a, r, g);
+                if !placed {
+                    self.regions.set_gap_pos(pc, i, a - pend);
                 }
-                self.regions.set_gap_pos(pc, i, a - pend);
-                g
+                (g, placed)
             }
             None => {
                 // `at` is the first region, if any.
@@ -214,12 +213,14 @@ impl Arena {
                     None => self.end(),
                 };
                 self.set_head(a - self.base);
-                next - e
+                (next - e, false)
             }
         };
         self.count(0, g);
         self.live += r.size;
-        self.regions.insert_at(&c, a, r, g);
+        if !placed {
+            self.regions.insert_at(&c, a, r, g);
+        }
         Ok(true)
     }
 

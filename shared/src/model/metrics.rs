@@ -10,16 +10,7 @@ pub fn frag_ratio(largest_free: u64, total_free: u64) -> f64 {
     if total_free == 0 {
         return 0.0;
     }
-    // Below 2^63 (any real arena) a value converts as an `i64`, the same `f64` in one
-    // instruction instead of the unsigned conversion's several.
-    let f = |v: u64| {
-        if v >> 63 == 0 {
-            v as i64 as f64
-        } else {
-            v as f64
-        }
-    };
-    (1.0 - f(largest_free) / f(total_free)).clamp(0.0, 1.0)
+    (1.0 - largest_free as f64 / total_free as f64).clamp(0.0, 1.0)
 }
 
 /// Live totals of a space (one process on one device) or of a device (sum of its spaces).
