@@ -81,8 +81,9 @@ fn start() -> Option<&'static Ring> {
     PID.store(pid, Ordering::Relaxed);
     crate::clock::setup();
     let start_ns = crate::clock::now_ns();
-    match crate::ringfile::create(pid, start_ns) {
-        Ok(ring) => {
+    let mut why = crate::ringfile::Text::new();
+    match crate::ringfile::create(pid, start_ns, &mut why) {
+        Some(ring) => {
             // SAFETY: we won the exchange to STARTING: no other thread reads or writes RING
             // until RECORDING is published below.
             let r: &'static Ring = unsafe { (*RING.0.get()).write(ring) };
@@ -90,8 +91,8 @@ fn start() -> Option<&'static Ring> {
             STATE.store(RECORDING, Ordering::Release);
             Some(r)
         }
-        Err(why) => {
-            disable(why);
+        None => {
+            disable(why.bytes());
             None
         }
     }

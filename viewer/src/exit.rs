@@ -10,6 +10,7 @@
 //! | 5 | input has an unsupported format version |
 //! | 6 | NVML unavailable where it is required |
 //! | 7 | an alert fired (`log --exit-on-alert`) / `doctor` found an OOM cause |
+//! | 8 | `run`/`record`: the command succeeded but its trace could not be written in full (disk full…); the trace keeps what was written before |
 //! | 126 | target command found but not executable |
 //! | 127 | target command not found |
 //! | 128+N | target killed by signal N |
@@ -28,6 +29,8 @@ pub const VERSION: u8 = 5;
 pub const NO_NVML: u8 = 6;
 /// An alert fired / doctor found a cause.
 pub const FINDING: u8 = 7;
+/// `run`/`record`: the trace stopped early (the command itself succeeded).
+pub const TRACE_INCOMPLETE: u8 = 8;
 /// Target not executable.
 pub const NOT_EXECUTABLE: u8 = 126;
 /// Target not found.

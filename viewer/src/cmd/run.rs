@@ -2,7 +2,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -109,6 +109,8 @@ pub struct Outcome {
     pub trace: Option<PathBuf>,
     /// How many probed processes wrote a ring.
     pub rings_seen: usize,
+    /// Why the trace stopped before the end (disk full, …), if it did.
+    pub trace_error: Option<String>,
     /// Wall-clock time from start to the command's exit.
     pub wall: Duration,
 }
@@ -210,6 +212,7 @@ pub fn record_session(
         report,
         trace: session.trace.clone(),
         rings_seen: session.recorder.rings_seen(),
+        trace_error: session.recorder.trace_error().map(|e| e.to_string()),
         wall,
     }))
 }
@@ -256,7 +259,29 @@ pub fn run_session(
     if let Some(sig) = out.signal {
         eprintln!("fragprobe: the command was killed by signal {sig}");
     }
+    if let (Some(e), Some(trace)) = (&out.trace_error, &out.trace) {
+        eprintln!("{}", incomplete_trace_message(trace, e));
+        if out.code == 0 {
+            return Ok(ExitCode::from(crate::exit::TRACE_INCOMPLETE));
+        }
+    }
     Ok(ExitCode::from(out.code))
+}
+
+/// What to tell the user about a trace that stopped early: how much it holds, read back.
+fn incomplete_trace_message(trace: &Path, error: &str) -> String {
+    let holds = match Trace::open(trace) {
+        Ok(t) => format!(
+            "it holds the first {} events and opens as it is (fragprobe report {})",
+            t.len(),
+            trace.display()
+        ),
+        Err(e) => format!("it cannot be read back ({e})"),
+    };
+    format!(
+        "fragprobe: the trace {} is incomplete: writing it failed ({error}); {holds}. The summary above covers the whole run",
+        trace.display()
+    )
 }
 
 /// Says that no process of the command wrote a ring, and how to find out why.

@@ -5,10 +5,11 @@
 //! the live viewer all poll it; the same records go to the trace file and to the model.
 
 mod recorder;
+pub mod ringdir;
 mod session;
 mod sink;
 
-pub use recorder::{PollStats, Recorder, RecorderOptions};
+pub use recorder::{PollStats, Recorder, RecorderOptions, TraceOut};
 pub use session::{
     artifact_dir, default_trace_name, probe_library, session_dir, shell_code, utc_stamp, Session,
     SessionOptions, SpawnError,

@@ -8,6 +8,9 @@ use fragprobe_shared::live::resync_records_at;
 use fragprobe_shared::ring::{list_rings, monotonic_ns, DrainEnd, RingFile};
 use fragprobe_shared::trace::TraceWriter;
 
+/// The trace file a recorder writes.
+pub type TraceOut = TraceWriter<std::io::BufWriter<std::fs::File>>;
+
 /// How long a claimed-but-uncommitted slot may wait before it is skipped, when the
 /// producing process is gone / still alive.
 const PENDING_DEAD_NS: u64 = 50_000_000;
@@ -58,7 +61,9 @@ pub struct Recorder {
     opts: RecorderOptions,
     rings: Vec<Attached>,
     known: HashMap<PathBuf, ()>,
-    writer: Option<TraceWriter<std::io::BufWriter<std::fs::File>>>,
+    writer: Option<TraceOut>,
+    /// Why the trace stopped early (a write failed: disk full, quota, I/O error).
+    trace_error: Option<std::io::Error>,
     batch: Vec<Record>,
     total: u64,
     lost: u64,
@@ -67,17 +72,14 @@ pub struct Recorder {
 
 impl Recorder {
     /// A recorder over every ring that appears in `dir`.
-    pub fn new(
-        dir: &Path,
-        writer: Option<TraceWriter<std::io::BufWriter<std::fs::File>>>,
-        opts: RecorderOptions,
-    ) -> Recorder {
+    pub fn new(dir: &Path, writer: Option<TraceOut>, opts: RecorderOptions) -> Recorder {
         Recorder {
             dir: Some(dir.to_path_buf()),
             opts,
             rings: Vec::new(),
             known: HashMap::new(),
             writer,
+            trace_error: None,
             batch: Vec::with_capacity(4096),
             total: 0,
             lost: 0,
@@ -88,7 +90,7 @@ impl Recorder {
     /// A recorder over one ring file (`attach`).
     pub fn attach_file(
         path: &Path,
-        writer: Option<TraceWriter<std::io::BufWriter<std::fs::File>>>,
+        writer: Option<TraceOut>,
         opts: RecorderOptions,
     ) -> anyhow::Result<Recorder> {
         let mut r = Recorder {
@@ -215,8 +217,9 @@ impl Recorder {
 
     fn emit(&mut self, a: &mut Attached, r: Record) -> anyhow::Result<()> {
         if r.meta != 0 && a.metas.insert(r.meta) {
-            if let (Some(w), Some(bytes)) = (self.writer.as_mut(), a.file.meta(r.meta)) {
-                w.write_meta(a.pid, r.meta, bytes)?;
+            if let Some(bytes) = a.file.meta(r.meta) {
+                let pid = a.pid;
+                self.write_trace(|w| w.write_meta(pid, r.meta, bytes));
             }
         }
         if r.kind == EventKind::ProcessExit as u16 {
@@ -232,9 +235,7 @@ impl Recorder {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.batch);
-        if let Some(w) = self.writer.as_mut() {
-            w.write_records(&batch)?;
-        }
+        self.write_trace(|w| w.write_records(&batch));
         for r in &batch {
             sink(r, self);
         }
@@ -294,9 +295,7 @@ impl Recorder {
             rings.retain(|a| !a.finished);
         }
         self.rings = rings;
-        if let Some(w) = self.writer.as_mut() {
-            w.flush()?;
-        }
+        self.write_trace(|w| w.flush());
         stats.records = self.total - before;
         Ok(stats)
     }
@@ -393,17 +392,45 @@ impl Recorder {
         Ok(())
     }
 
-    /// Closes the trace file (writes its end marker).
+    /// Closes the trace file (writes its end marker). A failure is kept for
+    /// [`Recorder::trace_error`] like any other write failure.
     pub fn close(&mut self) -> anyhow::Result<()> {
         if let Some(w) = self.writer.take() {
-            w.finish()?;
+            let events = w.events_written();
+            if let Err(e) = w.finish() {
+                self.trace_failed(e, events);
+            }
         }
         Ok(())
     }
 
-    /// The trace writer, to add checkpoints or run information.
-    pub fn writer(&mut self) -> Option<&mut TraceWriter<std::io::BufWriter<std::fs::File>>> {
-        self.writer.as_mut()
+    /// Runs `f` on the trace writer, if the trace is still being written (to add
+    /// checkpoints or run information too). A write that fails stops the trace there: the
+    /// file keeps what reached it and still opens, recording into the sink goes on, and
+    /// the error is said once on stderr and kept for [`Recorder::trace_error`]. The host
+    /// command is never stopped for it.
+    pub fn write_trace(&mut self, f: impl FnOnce(&mut TraceOut) -> std::io::Result<()>) {
+        if let Some(w) = self.writer.as_mut() {
+            if let Err(e) = f(w) {
+                let events = w.events_written();
+                // Dropping the writer flushes what it can and ignores errors: what reached
+                // the file stays readable as a truncated trace.
+                self.writer = None;
+                self.trace_failed(e, events);
+            }
+        }
+    }
+
+    fn trace_failed(&mut self, e: std::io::Error, events: u64) {
+        eprintln!(
+            "fragprobe: writing the trace failed after about {events} events: {e}. The trace stops there (it still opens); recording goes on without it"
+        );
+        self.trace_error.get_or_insert(e);
+    }
+
+    /// Why the trace stopped before the end, if it did.
+    pub fn trace_error(&self) -> Option<&std::io::Error> {
+        self.trace_error.as_ref()
     }
 }
 

@@ -104,24 +104,19 @@ pub fn probe_library() -> anyhow::Result<PathBuf> {
     )
 }
 
-/// A fresh private session directory for the rings of one run.
-pub fn session_dir() -> anyhow::Result<PathBuf> {
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let base = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(|x| PathBuf::from(x).join("fragprobe"))
-        .filter(|p| std::fs::create_dir_all(p).is_ok())
-        .or_else(|| {
-            Some(PathBuf::from(format!("/dev/shm/fragprobe-{uid}")))
-                .filter(|p| std::fs::create_dir_all(p).is_ok())
-        })
-        .unwrap_or_else(|| PathBuf::from(format!("/tmp/fragprobe-{uid}")));
-    std::fs::create_dir_all(&base).with_context(|| format!("creating {}", base.display()))?;
+/// A fresh private session directory for the rings of one run, under the first per-user
+/// candidate with room for one ring of `ring_bytes` ([`super::ringdir`]); also a note for
+/// each candidate passed over.
+pub fn session_dir(ring_bytes: u64) -> anyhow::Result<(PathBuf, Vec<String>)> {
+    let cands = super::ringdir::candidates();
+    let (i, notes) = super::ringdir::choose(&cands, ring_bytes)
+        .map_err(|e| anyhow::anyhow!("cannot place the probe's rings: {e}"))?;
+    let base = &cands[i].path;
     let dir = base.join(format!("session-{}-{}", std::process::id(), monotonic_ns()));
     std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-    Ok(dir)
+    Ok((dir, notes))
 }
 
 /// `fragprobe-<command>-<YYYYMMDD-HHMMSS>.fpt`.
@@ -186,7 +181,14 @@ impl Session {
         let Some(program) = opts.command.first() else {
             anyhow::bail!("no command given: use `fragprobe run -- CMD ARGS…`");
         };
-        let dir = session_dir()?;
+        let (dir, passed_over) = session_dir(super::ringdir::ring_bytes(&opts.env))?;
+        if !passed_over.is_empty() {
+            eprintln!(
+                "fragprobe: rings go to {} ({})",
+                dir.parent().unwrap_or(&dir).display(),
+                passed_over.join("; ")
+            );
+        }
         let mut cmd = Command::new(program);
         cmd.args(&opts.command[1..]);
         cmd.env("FRAGPROBE_RING_DIR", &dir);

@@ -68,10 +68,10 @@ impl ModelSink {
         if self.pending_checkpoint {
             self.pending_checkpoint = false;
             let bytes = self.model.checkpoint();
-            if let Some(w) = rec.writer() {
+            rec.write_trace(|w| {
                 let at = w.events_written();
-                w.write_checkpoint(at, &bytes)?;
-            }
+                w.write_checkpoint(at, &bytes)
+            });
         }
         Ok(())
     }

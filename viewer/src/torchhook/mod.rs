@@ -127,20 +127,17 @@ impl TorchHook {
             }
             return;
         }
-        let Some(w) = rec.writer() else { return };
-        for f in &found {
-            let name = f.path.file_name().unwrap_or_default();
-            let rel = Found {
-                path: Path::new(&self.dest_name).join(name),
-                ..f.clone()
-            };
-            if let Err(e) = w.write_run_info(&run_info(&rel)) {
-                eprintln!(
-                    "fragprobe: warning: cannot name {} in the trace: {e}",
-                    f.path.display()
-                );
+        rec.write_trace(|w| {
+            for f in &found {
+                let name = f.path.file_name().unwrap_or_default();
+                let rel = Found {
+                    path: Path::new(&self.dest_name).join(name),
+                    ..f.clone()
+                };
+                w.write_run_info(&run_info(&rel))?;
             }
-        }
+            Ok(())
+        });
     }
 
     /// Removes the staging directory.

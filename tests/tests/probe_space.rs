@@ -1,0 +1,240 @@
+//! Short of space, nothing crashes and nothing is silently lost: a ring that does not fit
+//! turns the probe off (never a SIGBUS or SIGXFSZ in the host), `fragprobe run` puts its
+//! rings where one fits, and a trace that fills its disk keeps what it has and says so.
+//!
+//! The small file systems are tmpfs mounts inside a private user + mount namespace
+//! (`unshare -Urm`), so no privilege is needed and nothing outside the test sees them. A
+//! machine that forbids such namespaces (some containers) skips those tests, saying so.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use fragprobe_shared::trace::Trace;
+use fragprobe_tests::probe::{fragprobe, op_of, out_path, probe_library, read_trace};
+use fragprobe_tests::sim::{build_scenario, sim_env_on};
+
+/// The scenario, preloaded, with rings in `ring_dir`.
+fn preloaded(ring_dir: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(build_scenario("threads16"));
+    sim_env_on(&mut cmd, None);
+    cmd.env("LD_PRELOAD", probe_library())
+        .env("FRAGPROBE_RING_DIR", ring_dir)
+        .env_remove("FRAGPROBE_RING_CAPACITY")
+        .env_remove("FRAGPROBE_LIVE_CAPACITY")
+        .args(args);
+    cmd
+}
+
+fn fresh_dir(name: &str) -> PathBuf {
+    let d = out_path(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// Runs `inner` inside a private user + mount namespace where `mount` is a fresh tmpfs of
+/// `mib` MiB; afterwards copies every file it left there into `keep`. `None` (after saying
+/// why) where this machine does not allow such namespaces.
+fn in_small_tmpfs(mount: &Path, mib: u32, keep: &Path, inner: &Command) -> Option<Output> {
+    let probe = Command::new("unshare")
+        .args(["-Urm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs \"$0\""])
+        .arg(mount)
+        .output();
+    match probe {
+        Ok(o) if o.status.success() => {}
+        Ok(o) => {
+            eprintln!(
+                "SKIPPED: no private mount namespace here (unshare -Urm: {})",
+                String::from_utf8_lossy(&o.stderr).trim()
+            );
+            return None;
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: no unshare here ({e})");
+            return None;
+        }
+    }
+    let script = format!(
+        "mount -t tmpfs -o size={mib}m tmpfs \"$0\" || exit 99; \"$@\"; rc=$?; cp -r \"$0\"/. \"$KEEP\"/ 2>/dev/null; exit $rc"
+    );
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-Urm", "sh", "-c", &script])
+        .arg(mount)
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .env("KEEP", keep);
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let out = cmd.output().expect("run unshare");
+    assert_ne!(out.status.code(), Some(99), "mounting the tmpfs failed");
+    Some(out)
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+#[test]
+fn a_ring_over_the_file_size_limit_turns_the_probe_off_not_the_host() {
+    let dir = fresh_dir("fsize-rings");
+    let inner = preloaded(&dir, &["100", "--quiet"]);
+    // Growing a file past RLIMIT_FSIZE raises SIGXFSZ, which would kill the host.
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "ulimit -f 1024; exec \"$@\"", "sh"])
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        if let Some(v) = v {
+            cmd.env(k, v);
+        }
+    }
+    let out = cmd.output().unwrap();
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "the host must run on: {out:?}");
+    assert!(
+        text(&out.stdout).contains("FPSCN-SUMMARY allocs=1600 frees=1600"),
+        "{out:?}"
+    );
+    assert!(
+        err.contains("fragprobe: a ring of 18 MiB is over this process's file-size limit (ulimit -f); probe off"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(&dir).unwrap().count(),
+        0,
+        "no ring file was left"
+    );
+}
+
+#[test]
+fn a_ring_that_does_not_fit_its_directory_turns_the_probe_off_not_the_host() {
+    let mnt = fresh_dir("small-ring-dir");
+    let keep = fresh_dir("small-ring-dir-kept");
+    // 88 MiB of records and 12 MiB of live table into 8 MiB. With a sparse ring file the
+    // host died of SIGBUS once its stores passed 8 MiB.
+    let mut big = preloaded(&mnt, &["20000", "--quiet"]);
+    big.env("FRAGPROBE_RING_CAPACITY", "1048576");
+    let Some(out) = in_small_tmpfs(&mnt, 8, &keep, &big) else {
+        return;
+    };
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "the host must run on: {out:?}");
+    assert!(
+        text(&out.stdout).contains("FPSCN-SUMMARY allocs=320000 frees=320000"),
+        "{out:?}"
+    );
+    let want = format!(
+        "fragprobe: cannot make a ring of 101 MiB in {} (no space left on device); probe off.",
+        mnt.display()
+    );
+    assert!(err.contains(&want), "{err}");
+    assert!(err.contains("FRAGPROBE_RING_CAPACITY"), "{err}");
+    assert_eq!(
+        std::fs::read_dir(&keep).unwrap().count(),
+        0,
+        "the half-made ring file was removed"
+    );
+
+    // The same directory takes a ring that fits, and the probe records into it.
+    let mut small = preloaded(&mnt, &["200", "--quiet"]);
+    small
+        .env("FRAGPROBE_RING_CAPACITY", "16384")
+        .env("FRAGPROBE_LIVE_CAPACITY", "4096");
+    let out = in_small_tmpfs(&mnt, 8, &keep, &small).expect("worked a moment ago");
+    assert!(out.status.success(), "{out:?}");
+    assert!(!text(&out.stderr).contains("probe off"), "{out:?}");
+    let rings = fragprobe_shared::ring::list_rings(&keep);
+    assert_eq!(rings.len(), 1, "{rings:?}");
+    let ring = fragprobe_shared::ring::RingFile::open(&rings[0].path).unwrap();
+    assert!(
+        ring.tail() >= 16 * 200 * 2,
+        "every call was written: {}",
+        ring.tail()
+    );
+}
+
+#[test]
+fn fragprobe_run_puts_its_rings_where_one_fits_and_says_so() {
+    let mnt = fresh_dir("small-xdg");
+    let keep = fresh_dir("small-xdg-kept");
+    let trace = out_path("small-xdg.fpt");
+    let mut cmd = fragprobe();
+    cmd.arg("record")
+        .arg("-o")
+        .arg(&trace)
+        .args(["--simulated-gpu", "--quiet", "--"])
+        .arg(build_scenario("threads16"))
+        .args(["2000", "--quiet"])
+        .env("XDG_RUNTIME_DIR", &mnt)
+        .env("FRAGPROBE_RING_CAPACITY", "1048576");
+    let Some(out) = in_small_tmpfs(&mnt, 8, &keep, &cmd) else {
+        return;
+    };
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{out:?}");
+    let passed_over = format!(
+        "{}/fragprobe has 8 MiB free, less than one 101 MiB ring",
+        mnt.display()
+    );
+    assert!(err.contains("fragprobe: rings go to "), "{err}");
+    assert!(err.contains(&passed_over), "{err}");
+    assert!(!err.contains("probe off"), "{err}");
+    let calls = read_trace(&trace)
+        .iter()
+        .filter(|r| op_of(r).is_some())
+        .count();
+    assert_eq!(calls, 16 * 2000 * 2, "every call is in the trace");
+}
+
+#[test]
+fn a_trace_that_fills_its_disk_keeps_what_it_has_and_says_so() {
+    let mnt = fresh_dir("small-trace-dir");
+    let keep = fresh_dir("small-trace-dir-kept");
+    let mut cmd = fragprobe();
+    cmd.arg("record")
+        .arg("-o")
+        .arg(mnt.join("t.fpt"))
+        .args(["--simulated-gpu", "--"])
+        .arg(build_scenario("threads16"))
+        .args(["20000", "--quiet"])
+        .env("FRAGPROBE_RING_CAPACITY", "1048576");
+    // 640 000 calls make a trace of about 4 MiB; it gets 1 MiB.
+    let Some(out) = in_small_tmpfs(&mnt, 1, &keep, &cmd) else {
+        return;
+    };
+    let err = text(&out.stderr);
+    assert_eq!(
+        out.status.code(),
+        Some(8),
+        "exit 8: the command succeeded, its trace is incomplete: {out:?}"
+    );
+    assert!(
+        err.contains("fragprobe: writing the trace failed after about"),
+        "said when it happened: {err}"
+    );
+    let end = format!(
+        "fragprobe: the trace {} is incomplete: writing it failed (No space left on device (os error 28)); it holds the first ",
+        mnt.join("t.fpt").display()
+    );
+    assert!(err.contains(&end), "said again at the end: {err}");
+    // The summary (on stderr) still covers the whole run: every allocation was freed.
+    assert!(err.contains("live at exit 0 B (0 objects)"), "{err}");
+
+    // What reached the disk opens, and is the start of the run.
+    let kept = keep.join("t.fpt");
+    let t = Trace::open(&kept).unwrap_or_else(|e| panic!("open {}: {e}", kept.display()));
+    let n = t.len();
+    assert!(n > 1000 && n < 640_000, "a prefix of the run: {n} events");
+    let said = err
+        .split("it holds the first ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|s| s.parse::<u64>().ok());
+    assert_eq!(said, Some(n), "the count it gave is the count read back");
+    let report = fragprobe().arg("report").arg(&kept).output().unwrap();
+    assert!(report.status.success(), "{report:?}");
+}
