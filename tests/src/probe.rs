@@ -93,6 +93,16 @@ pub struct Recorded {
     pub output: Output,
 }
 
+impl Drop for Recorded {
+    /// A passing test leaves no trace behind (the 16-thread one is 250 MB); a failing one
+    /// keeps its trace to look at.
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_file(&self.trace);
+        }
+    }
+}
+
 /// Runs `fragprobe record --simulated-gpu[=spec] -o TRACE -- scenario args…`.
 pub fn record_scenario(
     name: &str,

@@ -271,9 +271,10 @@ fn headless_picture_of_a_pinned_block_with_its_frames() {
     };
     let plain = picture(None);
     let pinned = picture(Some(i));
+    let scratch = temp_dir("blocks-pinned");
     let out = std::env::var_os("FRAGPROBE_BLOCKS_SCREENSHOT")
         .map(PathBuf::from)
-        .unwrap_or_else(|| temp_dir("blocks-pinned").join("pinned.png"));
+        .unwrap_or_else(|| scratch.join("pinned.png"));
     pinned.write_png(&out).unwrap();
     // The white outline replaces some of the block's allocated-colour cells.
     let blue =
