@@ -112,7 +112,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     );
     let mut sink = ModelSink::default();
     let duration = args.duration;
-    let sink = if args.view && super::run::display_available() {
+    let (sink, trace_error) = if args.view && super::run::display_available() {
         let (tx, rx) = crate::pipeline::feed(&format!("pid {pid}"));
         sink.feed = Some(tx);
         let worker = std::thread::Builder::new()
@@ -120,7 +120,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .spawn(move || {
                 let r = record_loop(&mut rec, &mut sink, duration);
                 sink.feed = None;
-                r.map(|_| sink)
+                r.map(|e| (sink, e))
             })?;
         crate::cmd::view::open_live(rx, &crate::cmd::view::LiveOptions::default())?;
         STOP.store(true, Ordering::Relaxed);
@@ -131,19 +131,24 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         if args.view {
             eprintln!("fragprobe: no display (DISPLAY/WAYLAND_DISPLAY unset): recording headless");
         }
-        record_loop(&mut rec, &mut sink, duration)?;
-        sink
+        let e = record_loop(&mut rec, &mut sink, duration)?;
+        (sink, e)
     };
     print_summary(&sink.report(&out.display().to_string()), Some(&out));
+    if let Some(e) = trace_error {
+        eprintln!("{}", super::run::incomplete_trace_message(&out, &e));
+        return Ok(ExitCode::from(crate::exit::TRACE_INCOMPLETE));
+    }
     Ok(ExitCode::SUCCESS)
 }
 
-/// Drains until the process ends, Ctrl-C, or `duration` seconds.
+/// Drains until the process ends, Ctrl-C, or `duration` seconds; returns why the trace
+/// stopped early, if it did.
 fn record_loop(
     rec: &mut Recorder,
     sink: &mut ModelSink,
     duration: Option<f64>,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<String>> {
     let start = std::time::Instant::now();
     loop {
         rec.poll(&mut |r: &Record, recd: &Recorder| sink.apply(r, recd))?;
@@ -156,5 +161,6 @@ fn record_loop(
         }
         std::thread::sleep(std::time::Duration::from_millis(2));
     }
-    rec.finish(0, &mut |r: &Record, recd: &Recorder| sink.apply(r, recd))
+    rec.finish(0, &mut |r: &Record, recd: &Recorder| sink.apply(r, recd))?;
+    Ok(rec.trace_error().map(|e| e.to_string()))
 }

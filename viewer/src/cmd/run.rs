@@ -268,8 +268,9 @@ pub fn run_session(
     Ok(ExitCode::from(out.code))
 }
 
-/// What to tell the user about a trace that stopped early: how much it holds, read back.
-fn incomplete_trace_message(trace: &Path, error: &str) -> String {
+/// What to tell the user about a trace that stopped early: how much it holds, read back
+/// (`run`, `record`, `attach`).
+pub fn incomplete_trace_message(trace: &Path, error: &str) -> String {
     let holds = match Trace::open(trace) {
         Ok(t) => format!(
             "it holds the first {} events and opens as it is (fragprobe report {})",
