@@ -11,7 +11,8 @@
 //! All three lead to the one table in [`hooks`]. A hook does three things: guard, call the
 //! real function, record ([`record`]). It never allocates, locks, panics or does I/O; the
 //! only slow work is the one-time set-up on the first recorded event ([`state`]), which
-//! creates the ring file ([`ringfile`]) and writes the process description ([`meta`]).
+//! creates the ring file ([`ringfile`]), clears out the rings of this user's processes that
+//! are gone ([`sweep`]) and writes the process description ([`meta`]).
 //! Any internal failure turns the probe off for the process: calls keep passing through.
 //!
 //! Nothing happens until the process records its first event: children that never touch
@@ -29,5 +30,6 @@ pub mod meta;
 pub mod record;
 pub mod ringfile;
 pub mod state;
+pub mod sweep;
 pub mod table;
 pub mod thread;

@@ -48,7 +48,8 @@ impl Text {
     fn push_mib(&mut self, len: usize) -> bool {
         self.push_u64((len as u64).div_ceil(1 << 20)) && self.push(b" MiB")
     }
-    fn c(&self) -> *const libc::c_char {
+    /// The text as a NUL-terminated C string.
+    pub fn c(&self) -> *const libc::c_char {
         self.buf.as_ptr() as *const libc::c_char
     }
     /// The text, without its NUL.
@@ -149,6 +150,11 @@ pub fn create(pid: u32, start_ns: u64, why: &mut Text) -> Option<Ring> {
         };
         match usable.and_then(|()| map_ring_file(&dir, pid, start_ns, len)) {
             Ok(base) => {
+                if strict {
+                    // A per-user directory collects the rings of every probed process of
+                    // this user: clear out those whose process is gone.
+                    crate::sweep::dead_rings(&dir);
+                }
                 // SAFETY: base..base+len is a fresh, zero-filled, writable shared mapping
                 // we own, every page of it backed.
                 let ring = unsafe { Ring::init(base, len, &cfg, pid, start_ns) };
@@ -224,18 +230,24 @@ fn map_ring_file(dir: &Text, pid: u32, start_ns: u64, len: usize) -> Result<*mut
     } else {
         libc::MAP_FAILED
     };
-    let err = if reserved != 0 {
-        reserved
-    } else {
-        last_errno()
-    };
-    // SAFETY: fd is ours; the mapping (if any) stays valid after close.
-    unsafe { libc::close(fd) };
     if mapped == libc::MAP_FAILED {
-        // SAFETY: path is NUL-terminated.
-        unsafe { libc::unlink(path.c()) };
+        let err = if reserved != 0 {
+            reserved
+        } else {
+            last_errno()
+        };
+        // SAFETY: fd is ours; path is NUL-terminated.
+        unsafe {
+            libc::close(fd);
+            libc::unlink(path.c());
+        }
         return Err(err);
     }
+    // The descriptor stays open for the life of the process, holding a lock that says the
+    // ring's owner lives (see [`crate::sweep`]): the kernel lets go of it however the
+    // process ends. A failed lock only means a sweeper will rely on the pid alone.
+    // SAFETY: fd is ours.
+    unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) };
     Ok(mapped as *mut u8)
 }
 
@@ -250,7 +262,8 @@ fn over_file_size_limit(len: usize) -> bool {
     lim.rlim_cur != libc::RLIM_INFINITY && (len as u64) > lim.rlim_cur
 }
 
-fn last_errno() -> i32 {
+/// This thread's `errno`.
+pub fn last_errno() -> i32 {
     // SAFETY: __errno_location returns this thread's errno slot.
     unsafe { *libc::__errno_location() }
 }

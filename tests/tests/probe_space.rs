@@ -238,3 +238,76 @@ fn a_trace_that_fills_its_disk_keeps_what_it_has_and_says_so() {
     let report = fragprobe().arg("report").arg(&kept).output().unwrap();
     assert!(report.status.success(), "{report:?}");
 }
+
+#[test]
+fn each_new_ring_clears_out_the_rings_of_processes_that_are_gone() {
+    let xdg = fresh_dir("sweep");
+    let dir = xdg.join("fragprobe");
+    std::fs::create_dir(&dir).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // A pid nobody has any more.
+    let mut t = Command::new("true").spawn().unwrap();
+    let dead = t.id();
+    t.wait().unwrap();
+    let plant = |name: String| {
+        let p = dir.join(name);
+        std::fs::write(&p, b"a ring").unwrap();
+        p
+    };
+    let orphan = plant(format!("{dead}-5.ring"));
+    // A dead pid whose file is still locked: a live owner in another pid namespace.
+    let elsewhere = plant(format!("{dead}-6.ring"));
+    let held = std::fs::File::open(&elsewhere).unwrap();
+    held.lock().unwrap();
+    // A live pid without a lock: a host program that closed every descriptor.
+    let closed_fds = plant(format!("{}-7.ring", std::process::id()));
+    let other = plant("notes.txt".into());
+
+    let run = || {
+        let mut cmd = preloaded(&dir, &["10", "--quiet"]);
+        cmd.env_remove("FRAGPROBE_RING_DIR")
+            .env("XDG_RUNTIME_DIR", &xdg);
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        assert!(text(&out.stderr).is_empty(), "{out:?}");
+    };
+    let rings = || -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|x| x == "ring"))
+            .collect();
+        v.sort();
+        v
+    };
+    run();
+    assert!(!orphan.exists(), "the dead process's ring is gone");
+    assert!(elsewhere.exists(), "a locked ring stays");
+    assert!(closed_fds.exists(), "a live pid's ring stays");
+    assert!(other.exists(), "other files stay");
+    let first: Vec<PathBuf> = rings()
+        .into_iter()
+        .filter(|p| p != &elsewhere && p != &closed_fds)
+        .collect();
+    assert_eq!(first.len(), 1, "the run's own ring: {first:?}");
+    assert!(
+        fragprobe_shared::ring::RingFile::open(&first[0])
+            .unwrap()
+            .tail()
+            > 0
+    );
+
+    run();
+    assert!(
+        !first[0].exists(),
+        "the first run's ring went with the second run"
+    );
+    assert_eq!(rings().len(), 3, "{:?}", rings());
+    drop(held);
+    run();
+    assert!(
+        !elsewhere.exists(),
+        "unlocked, and its pid is gone: cleared"
+    );
+}

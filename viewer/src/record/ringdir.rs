@@ -6,6 +6,9 @@
 //! directory that is the only one the probe tries. Docker's default `/dev/shm` is 64 MiB:
 //! a session that put a 365 MiB ring there would record nothing, so it goes on to the next
 //! candidate and says so.
+//!
+//! A session directory is removed when its session ends; one left by a `fragprobe` that
+//! was killed is removed by the next session that starts in the same place.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -89,6 +92,48 @@ pub fn candidates() -> Vec<Candidate> {
         .collect()
 }
 
+/// Removes the `session-<pid>-<ns>` directories under `base` whose `fragprobe` process is
+/// gone (killed before it could clean up): nobody holds the directory's lock and no
+/// process has the pid. A session of a `fragprobe` in another pid namespace sharing the
+/// directory still holds its lock. Returns how many were removed.
+pub fn sweep_sessions(base: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix("session-"))
+            .and_then(|n| n.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if !e.file_type().is_ok_and(|t| t.is_dir()) || !pid_gone(pid) {
+            continue;
+        }
+        let Ok(f) = std::fs::File::open(e.path()) else {
+            continue;
+        };
+        if f.try_lock().is_ok() && std::fs::remove_dir_all(e.path()).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+/// Whether no process has this pid.
+fn pid_gone(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists.
+    let r = unsafe { libc::kill(pid, 0) };
+    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
 /// Bytes an unprivileged user may still write on the file system holding `dir`.
 pub fn free_bytes(dir: &Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
@@ -159,6 +204,37 @@ mod tests {
         if std::env::var_os("FRAGPROBE_LIVE_CAPACITY").is_none() {
             assert_eq!(ring_bytes(&junk), default);
         }
+    }
+
+    #[test]
+    fn sessions_of_fragprobe_processes_that_are_gone_are_removed() {
+        let base = std::env::temp_dir().join(format!("fp-ringdir-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        let mut t = std::process::Command::new("true").spawn().unwrap();
+        let dead = t.id();
+        t.wait().unwrap();
+        let mk = |name: String| {
+            let d = base.join(name);
+            std::fs::create_dir(&d).unwrap();
+            std::fs::write(d.join("1-2.ring"), b"x").unwrap();
+            d
+        };
+        let gone = mk(format!("session-{dead}-1"));
+        let locked = mk(format!("session-{dead}-2"));
+        let live = mk(format!("session-{}-3", std::process::id()));
+        let other = mk(format!("not-a-session-{dead}"));
+        let held = std::fs::File::open(&locked).unwrap();
+        held.lock().unwrap();
+        assert_eq!(sweep_sessions(&base), 1);
+        assert!(!gone.exists());
+        assert!(locked.exists(), "held by a live fragprobe elsewhere");
+        assert!(live.exists(), "its fragprobe lives");
+        assert!(other.exists(), "not a session directory");
+        drop(held);
+        assert_eq!(sweep_sessions(&base), 1);
+        assert!(!locked.exists());
+        let _ = std::fs::remove_dir_all(&base);
     }
 
     #[test]

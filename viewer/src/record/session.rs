@@ -39,6 +39,9 @@ pub struct Session {
     pub recorder: Recorder,
     child: Child,
     dir: PathBuf,
+    /// Held while the session lives: says to other `fragprobe` processes that the session
+    /// directory is in use.
+    _lock: std::fs::File,
     /// The trace file, if any.
     pub trace: Option<PathBuf>,
     started_ns: u64,
@@ -107,16 +110,24 @@ pub fn probe_library() -> anyhow::Result<PathBuf> {
 /// A fresh private session directory for the rings of one run, under the first per-user
 /// candidate with room for one ring of `ring_bytes` ([`super::ringdir`]); also a note for
 /// each candidate passed over.
-pub fn session_dir(ring_bytes: u64) -> anyhow::Result<(PathBuf, Vec<String>)> {
+///
+/// The directory is held locked (the returned file) for as long as the session lives; the
+/// sessions of `fragprobe` processes that are gone (killed before they could clean up)
+/// are removed first ([`super::ringdir::sweep_sessions`]).
+pub fn session_dir(ring_bytes: u64) -> anyhow::Result<(PathBuf, std::fs::File, Vec<String>)> {
     let cands = super::ringdir::candidates();
     let (i, notes) = super::ringdir::choose(&cands, ring_bytes)
         .map_err(|e| anyhow::anyhow!("cannot place the probe's rings: {e}"))?;
     let base = &cands[i].path;
+    super::ringdir::sweep_sessions(base);
     let dir = base.join(format!("session-{}-{}", std::process::id(), monotonic_ns()));
     std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-    Ok((dir, notes))
+    let lock = std::fs::File::open(&dir).with_context(|| format!("opening {}", dir.display()))?;
+    lock.try_lock()
+        .with_context(|| format!("locking {}", dir.display()))?;
+    Ok((dir, lock, notes))
 }
 
 /// `fragprobe-<command>-<YYYYMMDD-HHMMSS>.fpt`.
@@ -181,7 +192,7 @@ impl Session {
         let Some(program) = opts.command.first() else {
             anyhow::bail!("no command given: use `fragprobe run -- CMD ARGS…`");
         };
-        let (dir, passed_over) = session_dir(super::ringdir::ring_bytes(&opts.env))?;
+        let (dir, lock, passed_over) = session_dir(super::ringdir::ring_bytes(&opts.env))?;
         if !passed_over.is_empty() {
             eprintln!(
                 "fragprobe: rings go to {} ({})",
@@ -262,6 +273,7 @@ impl Session {
             recorder,
             child,
             dir,
+            _lock: lock,
             trace: opts.trace.clone(),
             started_ns: monotonic_ns(),
             exited_at: None,
