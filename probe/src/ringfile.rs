@@ -1,19 +1,28 @@
 //! Creates this process's ring file with plain libc calls (no allocation).
 //!
-//! Directory, first that applies and has room for the whole ring: `$FRAGPROBE_RING_DIR`
-//! (set by `fragprobe run`; the only one tried when set), `$XDG_RUNTIME_DIR/fragprobe`,
-//! `/dev/shm/fragprobe-<uid>`, `/tmp/fragprobe-<uid>`.
-//! Directories the probe creates are 0700; a per-user default directory that is not
-//! owned by the user or is writable by others is refused. The file is
-//! `<pid>-<start_ns>.ring`, created exclusively with mode 0600 (a process that `exec`s
-//! keeps its pid, so the start time keeps the two images apart).
+//! Directory: `$FRAGPROBE_RING_DIR` when set (by `fragprobe run`, say: the only one tried
+//! then), else the first of `$XDG_RUNTIME_DIR/fragprobe`, `/dev/shm/fragprobe-<uid>`,
+//! `/tmp/fragprobe-<uid>` that is private and has room ([`room_for_ring`]). Directories the
+//! probe creates are 0700; a per-user default directory that is not owned by the user or
+//! is writable by others is refused. The file is `<pid>-<start_ns>.ring` (a process that
+//! `exec`s keeps its pid, so the start time keeps the two images apart), mode 0600; it is
+//! made as `….ring.new`, locked, reserved, mapped, then renamed, so no sweeper or consumer
+//! ever sees it unlocked or half made.
 
-use fragprobe_shared::ring::{ring_dir_candidate, Ring, RingConfig};
+use core::sync::atomic::{AtomicI32, Ordering};
+
+use fragprobe_shared::ring::{
+    ring_dir_candidate, room_for_ring, Ring, RingConfig, RING_NEW_SUFFIX,
+};
+
+/// The ring file's descriptor, kept open for the life of the process with an `flock` on it
+/// that tells sweepers its owner lives ([`crate::sweep`]); -1 when there is none.
+pub static RING_FD: AtomicI32 = AtomicI32::new(-1);
 
 /// A NUL-terminated path or message under construction in a fixed buffer (the probe does
 /// not allocate). A push that does not fit is refused whole.
 pub struct Text {
-    buf: [u8; 1024],
+    buf: [u8; 768],
     len: usize,
 }
 
@@ -27,7 +36,7 @@ impl Text {
     /// An empty text.
     pub fn new() -> Text {
         Text {
-            buf: [0; 1024],
+            buf: [0; 768],
             len: 0,
         }
     }
@@ -47,6 +56,16 @@ impl Text {
     /// `len` bytes as whole MiB, rounded up ("19 MiB").
     fn push_mib(&mut self, len: usize) -> bool {
         self.push_u64((len as u64).div_ceil(1 << 20)) && self.push(b" MiB")
+    }
+    /// Keeps the first `n` bytes.
+    fn truncate(&mut self, n: usize) {
+        if n < self.len {
+            self.len = n;
+            self.buf[n] = 0;
+        }
+    }
+    fn clear(&mut self) {
+        self.truncate(0);
     }
     /// The text as a NUL-terminated C string.
     pub fn c(&self) -> *const libc::c_char {
@@ -84,17 +103,25 @@ fn env_u64(name: &core::ffi::CStr) -> Option<u64> {
 
 /// The error a directory that is someone else's, or writable by others, gets.
 const NOT_PRIVATE: i32 = -1;
+/// The error a file system too small to share with a ring gets ([`room_for_ring`]).
+const TOO_SMALL: i32 = -2;
 
 /// Makes `dir` (one level) and checks it is a directory, and (`strict`) a private one of
 /// ours. The error number says why not.
 fn private_dir(dir: &Text, uid: u32, strict: bool) -> Result<(), i32> {
     // SAFETY: dir is NUL-terminated.
-    unsafe { libc::mkdir(dir.c(), 0o700) };
+    let made = unsafe { libc::mkdir(dir.c(), 0o700) };
+    let mkdir_err = if made == 0 { 0 } else { last_errno() };
     // SAFETY: st is plain old data; the path is NUL-terminated.
     let mut st: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: as above.
     if unsafe { libc::lstat(dir.c(), &mut st) } != 0 {
-        return Err(last_errno());
+        // Why mkdir failed says more than "no such directory".
+        return Err(if mkdir_err != 0 && mkdir_err != libc::EEXIST {
+            mkdir_err
+        } else {
+            last_errno()
+        });
     }
     if st.st_mode & libc::S_IFMT != libc::S_IFDIR {
         return Err(libc::ENOTDIR);
@@ -105,10 +132,36 @@ fn private_dir(dir: &Text, uid: u32, strict: bool) -> Result<(), i32> {
     Ok(())
 }
 
-/// Creates, sizes and maps this process's ring in the first candidate directory
-/// ([`ring_dir_candidate`]: the order every consumer searches) that is private and has room
-/// for it. A directory named by `FRAGPROBE_RING_DIR` is the only one tried: whoever set it
-/// (`fragprobe run`) reads rings only there.
+/// Whether the file system holding `dir` should take a ring of `len` bytes.
+fn has_room(dir: &Text, len: usize) -> Result<(), i32> {
+    // SAFETY: st is plain old data that statvfs fills.
+    let mut st: libc::statvfs = unsafe { core::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a valid out pointer.
+    if unsafe { libc::statvfs(dir.c(), &mut st) } != 0 {
+        // Not measurable: let the reservation decide.
+        return Ok(());
+    }
+    let unit = st.f_frsize as u64;
+    let total = (st.f_blocks as u64).saturating_mul(unit);
+    let free = (st.f_bavail as u64).saturating_mul(unit);
+    if room_for_ring(len as u64, total, free) {
+        Ok(())
+    } else {
+        Err(TOO_SMALL)
+    }
+}
+
+/// Whether `e` says there was not enough space.
+fn is_space(e: i32) -> bool {
+    matches!(
+        e,
+        libc::ENOSPC | libc::EDQUOT | libc::EFBIG | libc::ENOMEM | TOO_SMALL
+    )
+}
+
+/// Creates, sizes and maps this process's ring (see the module documentation). A
+/// directory named by `FRAGPROBE_RING_DIR` is the only one tried: whoever set it (`fragprobe
+/// run`) reads rings only there, and has already made sure it has room.
 ///
 /// The file's blocks are reserved (`posix_fallocate`) before it is mapped. A sparse file
 /// would be cheaper, but a store into a page that a full tmpfs cannot back is a SIGBUS in
@@ -132,44 +185,68 @@ pub fn create(pid: u32, start_ns: u64, why: &mut Text) -> Option<Ring> {
     }
     let over = env(c"FRAGPROBE_RING_DIR");
     let xdg = env(c"XDG_RUNTIME_DIR");
+    let in_session = env(c"FRAGPROBE_SESSION").is_some();
     let mut buf = [0u8; 512];
-    // The last failure, to say where and why when no candidate worked.
-    let mut last: Option<(Text, i32)> = None;
+    // The failure to report when no candidate works: the first for want of space (it says
+    // most about what to do), else the last; by candidate index, to name it again after.
+    let mut fail: Option<(usize, i32)> = None;
+    let mut dir = Text::new();
+    let mut path = Text::new();
     for i in 0.. {
         let Some(cand) = ring_dir_candidate(i, uid, over, xdg, &mut buf) else {
             break;
         };
-        let mut dir = Text::new();
+        dir.clear();
         // The directory named by FRAGPROBE_RING_DIR is the caller's choice; the per-user
-        // defaults must be private.
+        // defaults must be private, and are shared with the program (rule of room).
         let strict = !(i == 0 && over.is_some());
-        let usable = if dir.push(cand) {
+        let made = if dir.push(cand) {
             private_dir(&dir, uid, strict)
         } else {
             Err(libc::ENAMETOOLONG)
-        };
-        match usable.and_then(|()| map_ring_file(&dir, pid, start_ns, len)) {
-            Ok(base) => {
-                if strict {
-                    // A per-user directory collects the rings of every probed process of
-                    // this user: clear out those whose process is gone.
-                    crate::sweep::dead_rings(&dir);
-                }
+        }
+        .and_then(|()| {
+            if strict {
+                // A per-user directory collects the rings of every probed process of this
+                // user: clear out those whose process is gone before measuring it.
+                crate::sweep::dead_rings(&dir);
+                has_room(&dir, len)?;
+            }
+            map_ring_file(&dir, pid, start_ns, len, &mut path)
+        });
+        match made {
+            Ok((base, fd)) => {
                 // SAFETY: base..base+len is a fresh, zero-filled, writable shared mapping
                 // we own, every page of it backed.
-                let ring = unsafe { Ring::init(base, len, &cfg, pid, start_ns) };
-                if ring.is_err() {
-                    why.push(b"fragprobe: ring set-up failed; probe off\n");
+                match unsafe { Ring::init(base, len, &cfg, pid, start_ns) } {
+                    Ok(ring) => {
+                        RING_FD.store(fd, Ordering::Release);
+                        return Some(ring);
+                    }
+                    Err(_) => {
+                        // SAFETY: the mapping, descriptor and file are ours and unused.
+                        unsafe {
+                            libc::munmap(base as *mut libc::c_void, len);
+                            libc::close(fd);
+                            libc::unlink(path.c());
+                        }
+                        why.push(b"fragprobe: ring set-up failed; probe off\n");
+                        return None;
+                    }
                 }
-                return ring.ok();
             }
-            Err(errno) => last = Some((dir, errno)),
+            Err(e) => {
+                if !fail.is_some_and(|(_, f)| is_space(f)) {
+                    fail = Some((i, e));
+                }
+            }
         }
         if over.is_some() {
             break;
         }
     }
-    match last {
+    let named = fail.and_then(|(i, e)| Some((ring_dir_candidate(i, uid, over, xdg, &mut buf)?, e)));
+    match named {
         None => {
             why.push(b"fragprobe: no ring directory (set FRAGPROBE_RING_DIR); probe off\n");
         }
@@ -177,26 +254,34 @@ pub fn create(pid: u32, start_ns: u64, why: &mut Text) -> Option<Ring> {
             why.push(b"fragprobe: cannot make a ring of ");
             why.push_mib(len);
             why.push(b" in ");
-            why.push(dir.bytes());
+            why.push(dir);
             why.push(b" (");
             why.push(errno_name(errno));
-            if matches!(
-                errno,
-                libc::ENOSPC | libc::EDQUOT | libc::EFBIG | libc::ENOMEM
-            ) {
-                why.push(b"); probe off. Free space there, point FRAGPROBE_RING_DIR at a roomier directory, or lower FRAGPROBE_RING_CAPACITY / FRAGPROBE_LIVE_CAPACITY\n");
-            } else {
-                why.push(b"); probe off. Point FRAGPROBE_RING_DIR at a directory of yours\n");
-            }
+            why.push(b"); probe off");
+            why.push(match (is_space(errno), in_session) {
+                (true, true) => b". Free space there, or lower FRAGPROBE_RING_CAPACITY / FRAGPROBE_LIVE_CAPACITY\n".as_slice(),
+                (true, false) => b". Free space there, point FRAGPROBE_RING_DIR at a roomier directory, or lower FRAGPROBE_RING_CAPACITY / FRAGPROBE_LIVE_CAPACITY\n",
+                (false, true) => b"\n",
+                (false, false) => b". Point FRAGPROBE_RING_DIR at a directory of yours\n",
+            });
         }
     }
     None
 }
 
-/// Creates `<dir>/<pid>-<start_ns>.ring`, reserves `len` bytes for it and maps it shared.
-/// On failure the file is gone and the error number says why.
-fn map_ring_file(dir: &Text, pid: u32, start_ns: u64, len: usize) -> Result<*mut u8, i32> {
-    let mut path = Text::new();
+/// Makes `<dir>/<pid>-<start_ns>.ring` (its path left in `path`): created as `….ring.new`,
+/// locked at once, reserved in full, mapped shared, then renamed into place. Returns the
+/// mapping and the open, locked descriptor (never 0, 1 or 2: a host that closed its
+/// standard streams must not print into the ring). On failure nothing is left behind and
+/// the error number says why.
+fn map_ring_file(
+    dir: &Text,
+    pid: u32,
+    start_ns: u64,
+    len: usize,
+    path: &mut Text,
+) -> Result<(*mut u8, libc::c_int), i32> {
+    path.clear();
     if !(path.push(dir.bytes())
         && path.push(b"/")
         && path.push_u64(pid as u64)
@@ -206,14 +291,43 @@ fn map_ring_file(dir: &Text, pid: u32, start_ns: u64, len: usize) -> Result<*mut
     {
         return Err(libc::ENAMETOOLONG);
     }
+    let final_len = path.bytes().len();
+    if !path.push(RING_NEW_SUFFIX) {
+        return Err(libc::ENAMETOOLONG);
+    }
     let flags = libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOFOLLOW;
     // SAFETY: path is NUL-terminated.
-    let fd = unsafe { libc::open(path.c(), flags, 0o600) };
+    let mut fd = unsafe { libc::open(path.c(), flags, 0o600) };
     if fd < 0 {
         return Err(last_errno());
     }
-    // SAFETY: fd is a file we just created; posix_fallocate returns the error number.
-    let reserved = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
+    if fd < 3 {
+        // SAFETY: fd is ours; F_DUPFD_CLOEXEC returns a new descriptor >= 3 or -1.
+        let high = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+        // SAFETY: fd is ours.
+        unsafe { libc::close(fd) };
+        if high < 0 {
+            let e = last_errno();
+            // SAFETY: path is NUL-terminated.
+            unsafe { libc::unlink(path.c()) };
+            return Err(e);
+        }
+        fd = high;
+    }
+    // The lock says the owner lives (see crate::sweep). A failed lock only means a
+    // sweeper will rely on the pid alone.
+    // SAFETY: fd is ours.
+    unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) };
+    let mut reserved = libc::EINTR;
+    for _ in 0..16 {
+        // SAFETY: fd is a file we just created; posix_fallocate returns the error number.
+        reserved = unsafe { libc::posix_fallocate(fd, 0, len as libc::off_t) };
+        // Older kernels give up a tmpfs reservation on any pending signal (a profiler's
+        // timer, say); it is safe to ask again.
+        if reserved != libc::EINTR {
+            break;
+        }
+    }
     let mapped = if reserved == 0 {
         // SAFETY: mapping a file of exactly `len` bytes, all of them allocated, shared,
         // read-write.
@@ -230,25 +344,37 @@ fn map_ring_file(dir: &Text, pid: u32, start_ns: u64, len: usize) -> Result<*mut
     } else {
         libc::MAP_FAILED
     };
-    if mapped == libc::MAP_FAILED {
-        let err = if reserved != 0 {
+    let renamed = if mapped == libc::MAP_FAILED {
+        Err(if reserved != 0 {
             reserved
         } else {
             last_errno()
-        };
-        // SAFETY: fd is ours; path is NUL-terminated.
-        unsafe {
-            libc::close(fd);
-            libc::unlink(path.c());
+        })
+    } else {
+        let mut to = Text::new();
+        to.push(&path.bytes()[..final_len]);
+        // SAFETY: both paths are NUL-terminated.
+        if unsafe { libc::rename(path.c(), to.c()) } == 0 {
+            path.truncate(final_len);
+            Ok(())
+        } else {
+            let e = last_errno();
+            // SAFETY: the mapping is ours and unused.
+            unsafe { libc::munmap(mapped, len) };
+            Err(e)
         }
-        return Err(err);
+    };
+    match renamed {
+        Ok(()) => Ok((mapped as *mut u8, fd)),
+        Err(e) => {
+            // SAFETY: fd is ours; path (the `.new` name) is NUL-terminated.
+            unsafe {
+                libc::close(fd);
+                libc::unlink(path.c());
+            }
+            Err(e)
+        }
     }
-    // The descriptor stays open for the life of the process, holding a lock that says the
-    // ring's owner lives (see [`crate::sweep`]): the kernel lets go of it however the
-    // process ends. A failed lock only means a sweeper will rely on the pid alone.
-    // SAFETY: fd is ours.
-    unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) };
-    Ok(mapped as *mut u8)
 }
 
 /// Whether a file of `len` bytes is over this process's RLIMIT_FSIZE.
@@ -275,6 +401,7 @@ fn errno_name(e: i32) -> &'static [u8] {
         libc::EDQUOT => b"disk quota exceeded",
         libc::EFBIG => b"file too large",
         libc::ENOMEM => b"out of memory",
+        libc::EINTR => b"interrupted again and again",
         libc::EACCES | libc::EPERM => b"permission denied",
         libc::EROFS => b"read-only file system",
         libc::EEXIST => b"file exists",
@@ -282,9 +409,11 @@ fn errno_name(e: i32) -> &'static [u8] {
         libc::EOPNOTSUPP => b"not supported by this file system",
         libc::ENOTDIR => b"not a directory",
         libc::ENOENT => b"no such directory",
+        libc::EMFILE | libc::ENFILE => b"too many open files",
         NOT_PRIVATE => {
             b"not a private directory of this user: owned by another or writable by others"
         }
+        TOO_SMALL => b"a ring may take at most an eighth of its file system and must leave a quarter of it, or 1 GiB, free",
         _ => b"unexpected error",
     }
 }

@@ -116,6 +116,13 @@ pub fn on_load() {
 extern "C" fn after_fork_in_child() {
     crate::thread::FORK_GENERATION.fetch_add(1, Ordering::Relaxed);
     crate::device::reset_after_fork();
+    // The parent's ring descriptor (and the lock on it that says the parent lives) is not
+    // the child's to keep: a forked worker must not keep its parent's ring from a sweep.
+    let fd = crate::ringfile::RING_FD.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        // SAFETY: fd was the ring's descriptor, inherited; close is async-signal-safe.
+        unsafe { libc::close(fd) };
+    }
     if !disabled_by_user() {
         // The parent's ring stays the parent's: the child starts afresh on first use and
         // is recorded as its own process.

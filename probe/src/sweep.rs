@@ -11,7 +11,9 @@
 //! - no process has its pid (`kill(pid, 0)` fails with `ESRCH`): a host program that closed
 //!   every descriptor, and so dropped the lock, still has its pid.
 //!
-//! A consumer that has the ring mapped keeps reading it after the unlink.
+//! A consumer that has the ring mapped keeps reading it after the unlink. A ring still
+//! being made (`….ring.new`) is never touched: its maker locks it a moment after creating
+//! it, and only a crash in that moment leaves one behind.
 
 use fragprobe_shared::ring::parse_ring_file_name;
 
@@ -37,8 +39,8 @@ pub fn dead_rings(dir: &Text) {
     if dfd < 0 {
         return;
     }
-    // 8-aligned, as the kernel writes `linux_dirent64` records.
-    let mut buf = [0u64; 512];
+    // 8-aligned, as the kernel writes `linux_dirent64` records; 2 KiB of stack.
+    let mut buf = [0u64; 256];
     let mut seen = 0;
     let mut removed = 0;
     'read: loop {

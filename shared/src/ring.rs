@@ -555,8 +555,15 @@ impl Ring {
                 // the ring is full. Give up, never wait; `Full` counts the drop.
                 return Err(Full { ring: self });
             } else {
-                // Another producer took `pos` already; catch up.
-                pos = tail.load(Ordering::Relaxed);
+                // Another producer took `pos` already; catch up. Its claim of the tail came
+                // before its commit, which the acquire above saw, so the tail has moved. A
+                // tail that has not means the ring's memory was overwritten from outside:
+                // drop the event rather than spin in the host forever.
+                let now = tail.load(Ordering::Relaxed);
+                if now == pos {
+                    return Err(Full { ring: self });
+                }
+                pos = now;
             }
         }
     }
@@ -1054,6 +1061,22 @@ pub fn ring_file_name(pid: u32, buf: &mut [u8]) -> Option<&[u8]> {
     Some(w.done())
 }
 
+/// Whether a file system of `total` bytes, `free` of them still free, should take a ring
+/// of `len` bytes (reserved in full): the ring may take at most an eighth of the file
+/// system, and must leave a quarter of it or 1 GiB free, whichever is less. `/dev/shm` is
+/// shared with the program itself (PyTorch's DataLoader workers and NCCL put their buffers
+/// there): in Docker's default 64 MiB, three 18 MiB rings would leave the program nothing.
+pub fn room_for_ring(len: u64, total: u64, free: u64) -> bool {
+    len <= total / 8 && free >= len && free - len >= (total / 4).min(RING_HEADROOM)
+}
+
+/// The most free space [`room_for_ring`] asks a ring to leave.
+pub const RING_HEADROOM: u64 = 1 << 30;
+
+/// The suffix of a ring file still being made (`<pid>-<start_ns>.ring.new`): consumers
+/// skip it; the probe renames it to `.ring` once it is reserved, mapped and locked.
+pub const RING_NEW_SUFFIX: &[u8] = b".new";
+
 /// Parses a ring file name (`<pid>.ring`) back into the pid.
 pub fn parse_ring_file_name(name: &[u8]) -> Option<u32> {
     let stem = name.strip_suffix(b".ring")?;
@@ -1129,6 +1152,30 @@ unsafe fn put_u64(base: *mut u8, off: usize, v: u64) {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_ring_takes_at_most_an_eighth_and_leaves_a_quarter_or_a_gib_free() {
+        const MIB: u64 = 1 << 20;
+        // Docker's default /dev/shm: no room for the default 18 MiB ring.
+        assert!(!room_for_ring(18 * MIB, 64 * MIB, 64 * MIB));
+        // A 2 GiB /dev/shm takes it, until a quarter of it would be left.
+        assert!(room_for_ring(18 * MIB, 2 << 30, 2 << 30));
+        assert!(room_for_ring(18 * MIB, 2 << 30, 512 * MIB + 18 * MIB));
+        assert!(!room_for_ring(18 * MIB, 2 << 30, 512 * MIB + 18 * MIB - 1));
+        // A big, mostly full disk: 1 GiB left is enough.
+        assert!(room_for_ring(18 * MIB, 250 << 30, (1 << 30) + 18 * MIB));
+        assert!(!room_for_ring(
+            18 * MIB,
+            250 << 30,
+            (1 << 30) + 18 * MIB - 1
+        ));
+        // Exactly an eighth is allowed; never more than is free.
+        assert!(room_for_ring(8 * MIB, 64 * MIB, 64 * MIB));
+        assert!(!room_for_ring(8 * MIB + 1, 64 * MIB, 64 * MIB));
+        assert!(!room_for_ring(MIB, 1 << 40, MIB - 1));
+        // Nothing needed: any file system with a quarter free.
+        assert!(room_for_ring(0, 64 * MIB, 16 * MIB));
+    }
     use super::*;
 
     fn zeroed(cfg: &RingConfig) -> Vec<u64> {
@@ -1155,6 +1202,27 @@ mod tests {
             (MAX_CAPACITY, MIN_LIVE_CAPACITY)
         );
         assert!(c.check().is_ok());
+    }
+
+    #[test]
+    fn a_ring_overwritten_from_outside_drops_instead_of_spinning() {
+        let cfg = RingConfig {
+            capacity: 8,
+            meta_bytes: 128,
+            live_capacity: 8,
+        };
+        let mut mem = zeroed(&cfg);
+        // SAFETY: mem is zeroed, 8-aligned, large enough and outlives the ring.
+        let ring =
+            unsafe { Ring::init(mem.as_mut_ptr() as *mut u8, cfg.file_len(), &cfg, 7, 9) }.unwrap();
+        assert!(ring.push(Record::default()));
+        // Garbage in the next slot's state word, as if the host wrote text into the file:
+        // it claims a later lap's commit while the tail has not moved.
+        ring.state(1)
+            .store(u64::from_le_bytes(*b"FPSCN pi"), Ordering::Relaxed);
+        let dropped = ring.dropped();
+        assert!(!ring.push(Record::default()), "refused, not spun on");
+        assert_eq!(ring.dropped(), dropped + 1, "and counted");
     }
 
     #[test]
