@@ -10,7 +10,7 @@
 //! | 5 | input has an unsupported format version |
 //! | 6 | NVML unavailable where it is required |
 //! | 7 | an alert fired (`log --exit-on-alert`) / `doctor` found an OOM cause |
-//! | 8 | `run`/`record`: the command succeeded (`attach`: the recording ended) but its trace could not be written in full (disk full…); the trace keeps what was written before |
+//! | 8 | `run`/`record`/`sweep`: the command succeeded (`attach`: the recording ended) but its trace could not be written in full (disk full…); the trace keeps what was written before |
 //! | 126 | target command found but not executable |
 //! | 127 | target command not found |
 //! | 128+N | target killed by signal N |

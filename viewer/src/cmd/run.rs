@@ -280,7 +280,7 @@ pub fn incomplete_trace_message(trace: &Path, error: &str) -> String {
         Err(e) => format!("it cannot be read back ({e})"),
     };
     format!(
-        "fragprobe: the trace {} is incomplete: writing it failed ({error}); {holds}. The summary above covers the whole run",
+        "fragprobe: the trace {} is incomplete: writing it failed ({error}); {holds}. The run's figures (summary, report, comparison) cover all of it",
         trace.display()
     )
 }

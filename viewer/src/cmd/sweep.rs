@@ -135,6 +135,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .canonicalize()
         .with_context(|| format!("resolving {}", dir.display()))?;
     let mut runs = Vec::new();
+    let mut incomplete = false;
     let mut reports = Vec::new();
     for (i, conf) in args.confs.iter().enumerate() {
         let trace = trace_path(&dir, i, conf);
@@ -182,6 +183,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         if out.rings_seen == 0 {
             warn_no_ring(&opts);
         }
+        if let Some(e) = &out.trace_error {
+            // The row comes from the whole run; only the saved trace is short.
+            eprintln!("{}", super::run::incomplete_trace_message(&trace, e));
+            incomplete = true;
+        }
         let mut report = out.report;
         report.label = conf.clone();
         runs.push(SweepRun {
@@ -203,6 +209,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     } else {
         print!("{}", render_sweep(&sweep));
         println!("traces: {}", dir.display());
+    }
+    if incomplete {
+        return Ok(ExitCode::from(crate::exit::TRACE_INCOMPLETE));
     }
     Ok(ExitCode::SUCCESS)
 }

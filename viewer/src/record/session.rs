@@ -108,26 +108,32 @@ pub fn probe_library() -> anyhow::Result<PathBuf> {
 }
 
 /// A fresh private session directory for the rings of one run, under the first per-user
-/// candidate with room for one ring of `ring_bytes` ([`super::ringdir`]); also a note for
-/// each candidate passed over.
-///
-/// The directory is held locked (the returned file) for as long as the session lives; the
-/// sessions of `fragprobe` processes that are gone (killed before they could clean up)
-/// are removed first ([`super::ringdir::sweep_sessions`]).
-pub fn session_dir(ring_bytes: u64) -> anyhow::Result<(PathBuf, std::fs::File, Vec<String>)> {
+/// candidate with room for one ring of `ring_bytes` (`None`: no probe, no ring) — see
+/// [`super::ringdir`] — and a note for each candidate passed over. The directory is held
+/// locked (the returned file) for as long as the session lives.
+pub fn session_dir(
+    ring_bytes: Option<u64>,
+) -> anyhow::Result<(PathBuf, std::fs::File, Vec<String>)> {
     let cands = super::ringdir::candidates();
     let (i, notes) = super::ringdir::choose(&cands, ring_bytes)
         .map_err(|e| anyhow::anyhow!("cannot place the probe's rings: {e}"))?;
     let base = &cands[i].path;
-    super::ringdir::sweep_sessions(base);
-    let dir = base.join(format!("session-{}-{}", std::process::id(), monotonic_ns()));
-    std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700))?;
-    let lock = std::fs::File::open(&dir).with_context(|| format!("opening {}", dir.display()))?;
-    lock.try_lock()
-        .with_context(|| format!("locking {}", dir.display()))?;
+    let stem = format!("session-{}-{}", std::process::id(), monotonic_ns());
+    let (dir, lock) = super::ringdir::new_session_dir(base, &stem)
+        .with_context(|| format!("making {}", base.join(&stem).display()))?;
     Ok((dir, lock, notes))
+}
+
+/// Removes a session directory when dropped, unless disarmed: a session that fails to
+/// start leaves nothing behind.
+struct DirGuard(Option<PathBuf>);
+
+impl Drop for DirGuard {
+    fn drop(&mut self) {
+        if let Some(d) = self.0.take() {
+            let _ = std::fs::remove_dir_all(d);
+        }
+    }
 }
 
 /// `fragprobe-<command>-<YYYYMMDD-HHMMSS>.fpt`.
@@ -192,7 +198,9 @@ impl Session {
         let Some(program) = opts.command.first() else {
             anyhow::bail!("no command given: use `fragprobe run -- CMD ARGS…`");
         };
-        let (dir, lock, passed_over) = session_dir(super::ringdir::ring_bytes(&opts.env))?;
+        let need = (!opts.no_probe).then(|| super::ringdir::ring_bytes(&opts.env));
+        let (dir, lock, passed_over) = session_dir(need)?;
+        let mut guard = DirGuard(Some(dir.clone()));
         if !passed_over.is_empty() {
             eprintln!(
                 "fragprobe: rings go to {} ({})",
@@ -239,7 +247,6 @@ impl Session {
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
                 if let Some(p) = &opts.trace {
                     let _ = std::fs::remove_file(p);
                 }
@@ -260,6 +267,7 @@ impl Session {
                 }));
             }
         };
+        guard.0 = None;
         CHILD_PID.store(child.id() as i32, Ordering::Relaxed);
         let recorder = Recorder::new(
             &dir,
