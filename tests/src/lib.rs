@@ -2,4 +2,5 @@
 
 pub mod probe;
 pub mod rng;
+pub mod scratch;
 pub mod sim;

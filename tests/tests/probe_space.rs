@@ -11,7 +11,11 @@ use std::process::{Command, Output};
 
 use fragprobe_shared::trace::Trace;
 use fragprobe_tests::probe::{fragprobe, op_of, out_path, probe_library, read_trace};
+use fragprobe_tests::scratch::Scratch;
 use fragprobe_tests::sim::{build_scenario, sim_env_on};
+
+/// A pid above any kernel's pid_max: no process has it.
+const DEAD: u32 = 2_000_000_000;
 
 /// The scenario, preloaded, with rings in `ring_dir`.
 fn preloaded(ring_dir: &Path, args: &[&str]) -> Command {
@@ -25,16 +29,15 @@ fn preloaded(ring_dir: &Path, args: &[&str]) -> Command {
     cmd
 }
 
-fn fresh_dir(name: &str) -> PathBuf {
-    let d = out_path(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+fn fresh_dir(name: &str) -> Scratch {
+    Scratch::at(out_path(name))
 }
 
 /// Runs `inner` inside a private user + mount namespace where `mount` is a fresh tmpfs of
-/// `mib` MiB; afterwards copies every file it left there into `keep`. `None` (after saying
-/// why) where this machine does not allow such namespaces.
+/// `mib` MiB and `/dev/shm` a private 1 GiB one (so the test neither sees nor leaves
+/// anything in the machine's per-user ring directories, whoever runs it); afterwards
+/// copies every file it left in `mount` into `keep`. `None` (after saying why) where this
+/// machine does not allow such namespaces.
 fn in_small_tmpfs(mount: &Path, mib: u32, keep: &Path, inner: &Command) -> Option<Output> {
     let probe = Command::new("unshare")
         .args(["-Urm", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs \"$0\""])
@@ -55,7 +58,7 @@ fn in_small_tmpfs(mount: &Path, mib: u32, keep: &Path, inner: &Command) -> Optio
         }
     }
     let script = format!(
-        "mount -t tmpfs -o size={mib}m tmpfs \"$0\" || exit 99; \"$@\"; rc=$?; cp -r \"$0\"/. \"$KEEP\"/ 2>/dev/null; exit $rc"
+        "mount -t tmpfs -o size={mib}m tmpfs \"$0\" && mount -t tmpfs -o size=1g tmpfs /dev/shm || exit 99; \"$@\"; rc=$?; cp -r \"$0\"/. \"$KEEP\"/ 2>/dev/null; exit $rc"
     );
     let mut cmd = Command::new("unshare");
     cmd.args(["-Urm", "sh", "-c", &script])
@@ -88,9 +91,10 @@ fn a_ring_over_the_file_size_limit_turns_the_probe_off_not_the_host() {
         .arg(inner.get_program())
         .args(inner.get_args());
     for (k, v) in inner.get_envs() {
-        if let Some(v) = v {
-            cmd.env(k, v);
-        }
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
     }
     let out = cmd.output().unwrap();
     let err = text(&out.stderr);
@@ -177,7 +181,7 @@ fn fragprobe_run_puts_its_rings_where_one_fits_and_says_so() {
     let err = text(&out.stderr);
     assert!(out.status.success(), "{out:?}");
     let passed_over = format!(
-        "{}/fragprobe has 8 MiB free, less than one 101 MiB ring",
+        "{}/fragprobe: 8 MiB free of 8 MiB, too little for a 101 MiB ring",
         mnt.display()
     );
     assert!(err.contains("fragprobe: rings go to "), "{err}");
@@ -188,6 +192,7 @@ fn fragprobe_run_puts_its_rings_where_one_fits_and_says_so() {
         .filter(|r| op_of(r).is_some())
         .count();
     assert_eq!(calls, 16 * 2000 * 2, "every call is in the trace");
+    let _ = std::fs::remove_file(&trace);
 }
 
 #[test]
@@ -246,10 +251,7 @@ fn each_new_ring_clears_out_the_rings_of_processes_that_are_gone() {
     std::fs::create_dir(&dir).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    // A pid nobody has any more.
-    let mut t = Command::new("true").spawn().unwrap();
-    let dead = t.id();
-    t.wait().unwrap();
+    let dead = DEAD;
     let plant = |name: String| {
         let p = dir.join(name);
         std::fs::write(&p, b"a ring").unwrap();
@@ -257,7 +259,7 @@ fn each_new_ring_clears_out_the_rings_of_processes_that_are_gone() {
     };
     let orphan = plant(format!("{dead}-5.ring"));
     // A dead pid whose file is still locked: a live owner in another pid namespace.
-    let elsewhere = plant(format!("{dead}-6.ring"));
+    let elsewhere = plant(format!("{}-6.ring", dead + 1));
     let held = std::fs::File::open(&elsewhere).unwrap();
     held.lock().unwrap();
     // A live pid without a lock: a host program that closed every descriptor.
@@ -319,9 +321,7 @@ fn a_backlog_of_dead_rings_drains_a_few_per_new_process() {
     std::fs::create_dir(&dir).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let mut t = Command::new("true").spawn().unwrap();
-    let dead = t.id();
-    t.wait().unwrap();
+    let dead = DEAD;
     for i in 0..12 {
         std::fs::write(dir.join(format!("{dead}-{i}.ring")), b"a ring").unwrap();
     }
@@ -337,4 +337,28 @@ fn a_backlog_of_dead_rings_drains_a_few_per_new_process() {
     assert_eq!(count(), 12 - 8 + 1, "8 removed, its own ring added");
     run();
     assert_eq!(count(), 1, "the rest and the first run's ring removed");
+}
+
+#[test]
+fn a_host_without_standard_streams_cannot_print_into_its_ring() {
+    let dir = fresh_dir("no-stdio");
+    let inner = preloaded(&dir, &["200"]);
+    // The scenario prints a line per call to stdout: were the ring file given fd 1, every
+    // line would land on the ring's header.
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", "exec 1>&- 2>&-; exec \"$@\"", "sh"])
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    for (k, v) in inner.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let _ = cmd.output().unwrap();
+    let rings = fragprobe_shared::ring::list_rings(&dir);
+    assert_eq!(rings.len(), 1, "{rings:?}");
+    let ring = fragprobe_shared::ring::RingFile::open(&rings[0].path)
+        .unwrap_or_else(|e| panic!("the ring is intact: {e}"));
+    assert!(ring.tail() >= 16 * 200 * 2, "{}", ring.tail());
 }

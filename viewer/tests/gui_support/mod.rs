@@ -183,41 +183,10 @@ pub fn fragmented(pid: u32, conf: Option<&str>) -> Synth {
 
 /// A fresh directory under the system temp dir, removed when dropped unless the test is
 /// failing (then it stays, to look at).
-pub fn temp_dir(name: &str) -> TempDir {
-    let d = std::env::temp_dir().join(format!("fragprobe-gui-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).expect("temp dir");
-    TempDir(d)
-}
-
-/// See [`temp_dir`].
-pub struct TempDir(std::path::PathBuf);
-
-impl std::ops::Deref for TempDir {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<Path> for TempDir {
-    fn as_ref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<std::ffi::OsStr> for TempDir {
-    fn as_ref(&self) -> &std::ffi::OsStr {
-        self.0.as_os_str()
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
+pub fn temp_dir(name: &str) -> fragprobe_tests::scratch::Scratch {
+    fragprobe_tests::scratch::Scratch::at(
+        std::env::temp_dir().join(format!("fragprobe-gui-{name}-{}", std::process::id())),
+    )
 }
 
 /// Writes `s` to `dir/name` and starts a run over it, loaded.
