@@ -8,11 +8,12 @@
 //! shared with the program itself: a session passes it over for the next candidate and
 //! says so.
 //!
-//! A session directory is removed when its session ends. Before choosing, each candidate
-//! is cleared of what processes that are gone left there: session directories of killed
-//! `fragprobe` processes and rings of probed processes (each held by its owner's lock; a
-//! lock that is free and a pid that is gone mean the owner is gone, even across pid
-//! namespaces that share the directory).
+//! A session directory is removed when its session ends. Candidates are examined in order
+//! and only until one will do; before it is measured, a candidate is cleared of what
+//! processes that are gone left there: session directories of killed `fragprobe`
+//! processes and rings of probed processes. Each is held by its owner's lock; a lock that
+//! is free and a pid that is gone mean the owner is gone, even across pid namespaces that
+//! share the directory.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -85,9 +86,8 @@ fn mib(bytes: u64) -> String {
     format!("{} MiB", bytes.div_ceil(1 << 20))
 }
 
-/// The per-user candidates, each made (mode 0700) if missing, checked to be private,
-/// cleared of what gone processes left, and measured.
-pub fn candidates() -> Vec<Candidate> {
+/// The per-user candidate directories, in the probe's order.
+pub fn candidate_paths() -> Vec<PathBuf> {
     // SAFETY: getuid has no preconditions.
     let uid = unsafe { libc::getuid() };
     let mut paths = Vec::new();
@@ -97,16 +97,34 @@ pub fn candidates() -> Vec<Candidate> {
     paths.push(PathBuf::from(format!("/dev/shm/fragprobe-{uid}")));
     paths.push(PathBuf::from(format!("/tmp/fragprobe-{uid}")));
     paths
-        .into_iter()
-        .map(|path| {
-            let space = private_dir(&path, uid).and_then(|()| {
-                sweep_sessions(&path);
-                sweep_rings(&path);
-                space(&path).ok_or_else(|| "cannot be measured".to_string())
-            });
-            Candidate { path, space }
-        })
-        .collect()
+}
+
+/// One candidate made (mode 0700) if missing, checked to be private, cleared of what gone
+/// processes left, and measured.
+pub fn examine(path: PathBuf) -> Candidate {
+    // SAFETY: getuid has no preconditions.
+    let uid = unsafe { libc::getuid() };
+    let space = private_dir(&path, uid).and_then(|()| {
+        sweep_sessions(&path);
+        sweep_rings(&path);
+        space(&path).ok_or_else(|| "cannot be measured".to_string())
+    });
+    Candidate { path, space }
+}
+
+/// The first candidate that will do for a ring of `need` bytes ([`choose`]), examining
+/// (and so making) only as many as it takes; the notes for those passed over.
+pub fn pick(need: Option<u64>) -> Result<(PathBuf, Vec<String>), String> {
+    let mut seen = Vec::new();
+    let mut last = String::new();
+    for path in candidate_paths() {
+        seen.push(examine(path));
+        match choose(&seen, need) {
+            Ok((i, notes)) => return Ok((seen.swap_remove(i).path, notes)),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
 }
 
 /// Makes `dir` (one level, 0700) if missing and checks it is a directory of `uid` that

@@ -114,12 +114,10 @@ pub fn probe_library() -> anyhow::Result<PathBuf> {
 pub fn session_dir(
     ring_bytes: Option<u64>,
 ) -> anyhow::Result<(PathBuf, std::fs::File, Vec<String>)> {
-    let cands = super::ringdir::candidates();
-    let (i, notes) = super::ringdir::choose(&cands, ring_bytes)
+    let (base, notes) = super::ringdir::pick(ring_bytes)
         .map_err(|e| anyhow::anyhow!("cannot place the probe's rings: {e}"))?;
-    let base = &cands[i].path;
     let stem = format!("session-{}-{}", std::process::id(), monotonic_ns());
-    let (dir, lock) = super::ringdir::new_session_dir(base, &stem)
+    let (dir, lock) = super::ringdir::new_session_dir(&base, &stem)
         .with_context(|| format!("making {}", base.join(&stem).display()))?;
     Ok((dir, lock, notes))
 }
