@@ -1204,8 +1204,9 @@ mod tests {
         assert!(c.check().is_ok());
     }
 
-    #[test]
-    fn a_ring_overwritten_from_outside_drops_instead_of_spinning() {
+    /// A ring of 8 slots, 128 bytes of metadata and an 8-entry live table, for pid 7
+    /// started at 9 ns, in zeroed memory that `f` may not outlive.
+    fn with_small_ring(f: impl FnOnce(&Ring)) {
         let cfg = RingConfig {
             capacity: 8,
             meta_bytes: 128,
@@ -1215,6 +1216,15 @@ mod tests {
         // SAFETY: mem is zeroed, 8-aligned, large enough and outlives the ring.
         let ring =
             unsafe { Ring::init(mem.as_mut_ptr() as *mut u8, cfg.file_len(), &cfg, 7, 9) }.unwrap();
+        f(&ring);
+    }
+
+    #[test]
+    fn a_ring_overwritten_from_outside_drops_instead_of_spinning() {
+        with_small_ring(a_ring_overwritten_from_outside_drops_instead_of_spinning_in);
+    }
+
+    fn a_ring_overwritten_from_outside_drops_instead_of_spinning_in(ring: &Ring) {
         assert!(ring.push(Record::default()));
         // Garbage in the next slot's state word, as if the host wrote text into the file:
         // it claims a later lap's commit while the tail has not moved.
@@ -1227,15 +1237,10 @@ mod tests {
 
     #[test]
     fn push_pop_and_meta() {
-        let cfg = RingConfig {
-            capacity: 8,
-            meta_bytes: 128,
-            live_capacity: 8,
-        };
-        let mut mem = zeroed(&cfg);
-        // SAFETY: mem is zeroed, 8-aligned, large enough and outlives the ring.
-        let ring =
-            unsafe { Ring::init(mem.as_mut_ptr() as *mut u8, cfg.file_len(), &cfg, 7, 9) }.unwrap();
+        with_small_ring(push_pop_and_meta_in);
+    }
+
+    fn push_pop_and_meta_in(ring: &Ring) {
         assert_eq!((ring.pid(), ring.start_ns()), (7, 9));
         assert_eq!(ring.pop(), Pop::Empty);
         let mut buf = [0u8; 64];

@@ -66,15 +66,30 @@ fn in_small_tmpfs(mount: &Path, mib: u32, keep: &Path, inner: &Command) -> Optio
         .arg(inner.get_program())
         .args(inner.get_args())
         .env("KEEP", keep);
-    for (k, v) in inner.get_envs() {
-        match v {
-            Some(v) => cmd.env(k, v),
-            None => cmd.env_remove(k),
-        };
-    }
+    copy_env(inner, &mut cmd);
     let out = cmd.output().expect("run unshare");
     assert_ne!(out.status.code(), Some(99), "mounting the tmpfs failed");
     Some(out)
+}
+
+/// `inner` run by `sh -c "PREFIX; exec CMD…"`, with `inner`'s environment.
+fn after_shell(prefix: &str, inner: &Command) -> Command {
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &format!("{prefix}; exec \"$@\""), "sh"])
+        .arg(inner.get_program())
+        .args(inner.get_args());
+    copy_env(inner, &mut cmd);
+    cmd
+}
+
+/// Gives `to` what `from` sets and removes in its environment.
+fn copy_env(from: &Command, to: &mut Command) {
+    for (k, v) in from.get_envs() {
+        match v {
+            Some(v) => to.env(k, v),
+            None => to.env_remove(k),
+        };
+    }
 }
 
 fn text(b: &[u8]) -> String {
@@ -86,17 +101,7 @@ fn a_ring_over_the_file_size_limit_turns_the_probe_off_not_the_host() {
     let dir = fresh_dir("fsize-rings");
     let inner = preloaded(&dir, &["100", "--quiet"]);
     // Growing a file past RLIMIT_FSIZE raises SIGXFSZ, which would kill the host.
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", "ulimit -f 1024; exec \"$@\"", "sh"])
-        .arg(inner.get_program())
-        .args(inner.get_args());
-    for (k, v) in inner.get_envs() {
-        match v {
-            Some(v) => cmd.env(k, v),
-            None => cmd.env_remove(k),
-        };
-    }
-    let out = cmd.output().unwrap();
+    let out = after_shell("ulimit -f 1024", &inner).output().unwrap();
     let err = text(&out.stderr);
     assert!(out.status.success(), "the host must run on: {out:?}");
     assert!(
@@ -345,17 +350,7 @@ fn a_host_without_standard_streams_cannot_print_into_its_ring() {
     let inner = preloaded(&dir, &["200"]);
     // The scenario prints a line per call to stdout: were the ring file given fd 1, every
     // line would land on the ring's header.
-    let mut cmd = Command::new("sh");
-    cmd.args(["-c", "exec 1>&- 2>&-; exec \"$@\"", "sh"])
-        .arg(inner.get_program())
-        .args(inner.get_args());
-    for (k, v) in inner.get_envs() {
-        match v {
-            Some(v) => cmd.env(k, v),
-            None => cmd.env_remove(k),
-        };
-    }
-    let _ = cmd.output().unwrap();
+    let _ = after_shell("exec 1>&- 2>&-", &inner).output().unwrap();
     let rings = fragprobe_shared::ring::list_rings(&dir);
     assert_eq!(rings.len(), 1, "{rings:?}");
     let ring = fragprobe_shared::ring::RingFile::open(&rings[0].path)
