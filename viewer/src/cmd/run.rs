@@ -269,7 +269,7 @@ pub fn run_session(
 }
 
 /// What to tell the user about a trace that stopped early: how much it holds, read back
-/// (`run`, `record`, `attach`).
+/// (`run`, `record`, `sweep`, `attach`).
 pub fn incomplete_trace_message(trace: &Path, error: &str) -> String {
     let holds = match Trace::open(trace) {
         Ok(t) => format!(
