@@ -34,9 +34,11 @@ fn fresh_dir(name: &str) -> Scratch {
 }
 
 /// Runs `inner` inside a private user + mount namespace where `mount` is a fresh tmpfs of
-/// `mib` MiB and `/dev/shm` and `/tmp` private 1 GiB ones (so the test neither sees nor
-/// leaves anything in the machine's per-user ring directories, whoever runs it); afterwards
-/// copies every file it left in `mount` into `keep`. `None` (after saying why) where this
+/// `mib` MiB and `/dev/shm` a private 1 GiB one: `fragprobe run` then picks its ring
+/// directory there, before ever reaching `/tmp`, so the test neither sees nor leaves
+/// anything in the machine's per-user ring directories, whoever runs it (`/tmp` itself
+/// stays: the checkout may live there). Afterwards it
+/// copies every file left in `mount` into `keep`. `None` (after saying why) where this
 /// machine does not allow such namespaces.
 fn in_small_tmpfs(mount: &Path, mib: u32, keep: &Path, inner: &Command) -> Option<Output> {
     let probe = Command::new("unshare")
@@ -58,7 +60,7 @@ fn in_small_tmpfs(mount: &Path, mib: u32, keep: &Path, inner: &Command) -> Optio
         }
     }
     let script = format!(
-        "mount -t tmpfs -o size={mib}m tmpfs \"$0\" && mount -t tmpfs -o size=1g tmpfs /dev/shm && mount -t tmpfs -o size=1g tmpfs /tmp || exit 99; \"$@\"; rc=$?; cp -r \"$0\"/. \"$KEEP\"/ 2>/dev/null; exit $rc"
+        "mount -t tmpfs -o size={mib}m tmpfs \"$0\" && mount -t tmpfs -o size=1g tmpfs /dev/shm || exit 99; \"$@\"; rc=$?; cp -r \"$0\"/. \"$KEEP\"/ 2>/dev/null; exit $rc"
     );
     let mut cmd = Command::new("unshare");
     cmd.args(["-Urm", "sh", "-c", &script])
