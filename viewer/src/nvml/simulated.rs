@@ -43,7 +43,14 @@ pub fn nvml_lib(spec: &str) -> Result<PathBuf, String> {
         fragprobe_simgpu::DeviceSpec::parse(spec).map_err(|e| format!("--simulated-gpu: {e}"))?;
     }
     let artifacts = artifact_dir();
-    let dir = fragprobe_simgpu::prepare_lib_dir(&artifacts, &lib_dir_for(&artifacts))
+    let lib_dir = lib_dir_for(&artifacts);
+    if let Some(per_user) = lib_dir.parent() {
+        // The same per-user directory may take the probe's rings, and the probe accepts it
+        // only if nobody else may write it: make it 0700, whatever the umask.
+        use std::os::unix::fs::DirBuilderExt;
+        let _ = std::fs::DirBuilder::new().mode(0o700).create(per_user);
+    }
+    let dir = fragprobe_simgpu::prepare_lib_dir(&artifacts, &lib_dir)
         .map_err(|e| format!("simulated GPU: {e}"))?;
     if !spec.is_empty() {
         for (k, v) in fragprobe_simgpu::sim_env(Some(spec), &dir) {
