@@ -132,7 +132,8 @@ fn private_dir(dir: &Text, uid: u32, strict: bool) -> Result<(), i32> {
     Ok(())
 }
 
-/// Whether the file system holding `dir` should take a ring of `len` bytes.
+/// Whether the file system holding `dir` should take a ring of `len` bytes. (The probe
+/// builds `fragprobe_shared` without its consumer half, `ring::fs_space` included.)
 fn has_room(dir: &Text, len: usize) -> Result<(), i32> {
     // SAFETY: st is plain old data that statvfs fills.
     let mut st: libc::statvfs = unsafe { core::mem::zeroed() };

@@ -91,7 +91,10 @@ use crate::live::LiveTable;
 #[cfg(feature = "consumer")]
 mod file;
 #[cfg(feature = "consumer")]
-pub use file::{list_rings, monotonic_ns, ring_dirs, RingFile, RingFileError, RingInfo};
+pub use file::{
+    fs_space, list_rings, monotonic_ns, process_exists, ring_dirs, user_ring_dirs, RingFile,
+    RingFileError, RingInfo,
+};
 
 /// The ring file's magic.
 pub const MAGIC: [u8; 8] = *b"FRAGRING";

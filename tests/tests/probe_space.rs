@@ -251,13 +251,29 @@ fn a_trace_that_fills_its_disk_keeps_what_it_has_and_says_so() {
     assert!(report.status.success(), "{report:?}");
 }
 
-#[test]
-fn each_new_ring_clears_out_the_rings_of_processes_that_are_gone() {
-    let xdg = fresh_dir("sweep");
+/// A fresh `XDG_RUNTIME_DIR` and the per-user ring directory in it, `<xdg>/fragprobe`,
+/// made 0700 as the probe makes it.
+fn per_user_dir(name: &str) -> (Scratch, PathBuf) {
+    let xdg = fresh_dir(name);
     let dir = xdg.join("fragprobe");
     std::fs::create_dir(&dir).unwrap();
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    (xdg, dir)
+}
+
+/// The scenario (10 pairs a thread), preloaded with no `FRAGPROBE_RING_DIR`, so its probe
+/// takes the per-user directory under `xdg`.
+fn run_per_user(xdg: &Path) -> Output {
+    let mut cmd = preloaded(xdg, &["10", "--quiet"]);
+    cmd.env_remove("FRAGPROBE_RING_DIR")
+        .env("XDG_RUNTIME_DIR", xdg);
+    cmd.output().unwrap()
+}
+
+#[test]
+fn each_new_ring_clears_out_the_rings_of_processes_that_are_gone() {
+    let (xdg, dir) = per_user_dir("sweep");
     let dead = DEAD;
     let plant = |name: String| {
         let p = dir.join(name);
@@ -274,10 +290,7 @@ fn each_new_ring_clears_out_the_rings_of_processes_that_are_gone() {
     let other = plant("notes.txt".into());
 
     let run = || {
-        let mut cmd = preloaded(&dir, &["10", "--quiet"]);
-        cmd.env_remove("FRAGPROBE_RING_DIR")
-            .env("XDG_RUNTIME_DIR", &xdg);
-        let out = cmd.output().unwrap();
+        let out = run_per_user(&xdg);
         assert!(out.status.success(), "{out:?}");
         assert!(text(&out.stderr).is_empty(), "{out:?}");
     };
@@ -323,22 +336,13 @@ fn each_new_ring_clears_out_the_rings_of_processes_that_are_gone() {
 
 #[test]
 fn a_backlog_of_dead_rings_drains_a_few_per_new_process() {
-    let xdg = fresh_dir("sweep-backlog");
-    let dir = xdg.join("fragprobe");
-    std::fs::create_dir(&dir).unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let (xdg, dir) = per_user_dir("sweep-backlog");
     let dead = DEAD;
     for i in 0..12 {
         std::fs::write(dir.join(format!("{dead}-{i}.ring")), b"a ring").unwrap();
     }
     let count = || std::fs::read_dir(&dir).unwrap().count();
-    let run = || {
-        let mut cmd = preloaded(&dir, &["10", "--quiet"]);
-        cmd.env_remove("FRAGPROBE_RING_DIR")
-            .env("XDG_RUNTIME_DIR", &xdg);
-        assert!(cmd.output().unwrap().status.success());
-    };
+    let run = || assert!(run_per_user(&xdg).status.success());
     // The first call of a process pays for at most 8 removals (about 2 ms each on tmpfs).
     run();
     assert_eq!(count(), 12 - 8 + 1, "8 removed, its own ring added");

@@ -194,7 +194,8 @@ pub fn list_rings(dir: impl AsRef<Path>) -> Vec<RingInfo> {
     out
 }
 
-fn process_exists(pid: u32) -> bool {
+/// Whether a process has this pid (one we may not signal counts).
+pub fn process_exists(pid: u32) -> bool {
     let Ok(pid) = libc::pid_t::try_from(pid) else {
         return false;
     };
@@ -209,9 +210,18 @@ fn process_exists(pid: u32) -> bool {
 /// The ring directories to search, in order of preference, for the current user and
 /// environment (see [`ring_dir_candidate`]).
 pub fn ring_dirs() -> Vec<PathBuf> {
+    dirs(std::env::var_os(super::RING_DIR_ENV))
+}
+
+/// The per-user ring directories alone, in the probe's order: what `FRAGPROBE_RING_DIR`
+/// would override.
+pub fn user_ring_dirs() -> Vec<PathBuf> {
+    dirs(None)
+}
+
+fn dirs(env: Option<std::ffi::OsString>) -> Vec<PathBuf> {
     // SAFETY: getuid has no preconditions and cannot fail.
     let uid = unsafe { libc::getuid() };
-    let env = std::env::var_os(super::RING_DIR_ENV);
     let xdg = std::env::var_os("XDG_RUNTIME_DIR");
     let mut out = Vec::new();
     let mut buf = vec![0u8; 4096 + env.as_ref().map_or(0, |e| e.len())];
@@ -228,6 +238,22 @@ pub fn ring_dirs() -> Vec<PathBuf> {
         out.push(PathBuf::from(std::ffi::OsStr::from_bytes(p)));
     }
     out
+}
+
+/// `(total, free)` bytes of the file system holding `path`, free as an unprivileged user
+/// may still write; `None` when it cannot be measured.
+pub fn fs_space(path: &core::ffi::CStr) -> Option<(u64, u64)> {
+    // SAFETY: st is plain old data that statvfs fills.
+    let mut st: libc::statvfs = unsafe { core::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a valid out pointer.
+    if unsafe { libc::statvfs(path.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let unit = st.f_frsize as u64;
+    Some((
+        (st.f_blocks as u64).saturating_mul(unit),
+        (st.f_bavail as u64).saturating_mul(unit),
+    ))
 }
 
 /// CLOCK_MONOTONIC now, in ns (the clock the probe stamps records with).

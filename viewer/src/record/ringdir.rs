@@ -19,7 +19,9 @@ use std::ffi::OsString;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
-use fragprobe_shared::ring::{parse_ring_file_name, room_for_ring, RingConfig};
+use fragprobe_shared::ring::{
+    fs_space, parse_ring_file_name, process_exists, room_for_ring, user_ring_dirs, RingConfig,
+};
 
 /// A candidate directory and its file system's size and free bytes, or why it cannot be
 /// used.
@@ -61,42 +63,40 @@ pub fn ring_bytes(env: &[(OsString, OsString)]) -> u64 {
 pub fn choose(cands: &[Candidate], need: Option<u64>) -> Result<(usize, Vec<String>), String> {
     let mut notes = Vec::new();
     for (i, c) in cands.iter().enumerate() {
-        match &c.space {
-            Ok((total, free)) => match need {
-                None => return Ok((i, notes)),
-                Some(need) if room_for_ring(need, *total, *free) => return Ok((i, notes)),
-                Some(need) => notes.push(format!(
-                    "{}: {} free of {}, too little for a {} ring, which may take at most an eighth and must leave a quarter (at most 1 GiB) free",
-                    c.path.display(),
-                    mib(*free),
-                    mib(*total),
-                    mib(need)
-                )),
-            },
-            Err(why) => notes.push(format!("{}: {why}", c.path.display())),
+        match passed_over(c, need) {
+            None => return Ok((i, notes)),
+            Some(note) => notes.push(note),
         }
     }
-    Err(format!(
+    Err(none_will_do(&notes))
+}
+
+/// Why `c` will not do for a ring of `need` bytes; `None` when it will.
+fn passed_over(c: &Candidate, need: Option<u64>) -> Option<String> {
+    match (&c.space, need) {
+        (Err(why), _) => Some(format!("{}: {why}", c.path.display())),
+        (Ok(_), None) => None,
+        (Ok((total, free)), Some(need)) => (!room_for_ring(need, *total, *free)).then(|| {
+            format!(
+                "{}: {} free of {}, too little for a {} ring, which may take at most an eighth and must leave a quarter (at most 1 GiB) free",
+                c.path.display(),
+                mib(*free),
+                mib(*total),
+                mib(need)
+            )
+        }),
+    }
+}
+
+fn none_will_do(notes: &[String]) -> String {
+    format!(
         "no directory will do ({}). Free some space, or lower FRAGPROBE_RING_CAPACITY / FRAGPROBE_LIVE_CAPACITY",
         notes.join("; ")
-    ))
+    )
 }
 
 fn mib(bytes: u64) -> String {
     format!("{} MiB", bytes.div_ceil(1 << 20))
-}
-
-/// The per-user candidate directories, in the probe's order.
-pub fn candidate_paths() -> Vec<PathBuf> {
-    // SAFETY: getuid has no preconditions.
-    let uid = unsafe { libc::getuid() };
-    let mut paths = Vec::new();
-    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|x| !x.is_empty()) {
-        paths.push(PathBuf::from(x).join("fragprobe"));
-    }
-    paths.push(PathBuf::from(format!("/dev/shm/fragprobe-{uid}")));
-    paths.push(PathBuf::from(format!("/tmp/fragprobe-{uid}")));
-    paths
 }
 
 /// One candidate made (mode 0700) if missing, checked to be private, cleared of what gone
@@ -112,19 +112,19 @@ pub fn examine(path: PathBuf) -> Candidate {
     Candidate { path, space }
 }
 
-/// The first candidate that will do for a ring of `need` bytes ([`choose`]), examining
-/// (and so making) only as many as it takes; the notes for those passed over.
+/// The first per-user ring directory (in the probe's order) that will do for a ring of
+/// `need` bytes ([`choose`]), examining (and so making) only as many as it takes; the
+/// notes for those passed over.
 pub fn pick(need: Option<u64>) -> Result<(PathBuf, Vec<String>), String> {
-    let mut seen = Vec::new();
-    let mut last = String::new();
-    for path in candidate_paths() {
-        seen.push(examine(path));
-        match choose(&seen, need) {
-            Ok((i, notes)) => return Ok((seen.swap_remove(i).path, notes)),
-            Err(e) => last = e,
+    let mut notes = Vec::new();
+    for path in user_ring_dirs() {
+        let c = examine(path);
+        match passed_over(&c, need) {
+            None => return Ok((c.path, notes)),
+            Some(note) => notes.push(note),
         }
     }
-    Err(last)
+    Err(none_will_do(&notes))
 }
 
 /// Makes `dir` (one level, 0700) if missing and checks it is a directory of `uid` that
@@ -199,7 +199,7 @@ fn sweep(base: &Path, dirs: bool, pid_of: impl Fn(&str) -> Option<u32>) -> usize
             continue;
         };
         let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
-        if is_dir != dirs || !pid_gone(pid) {
+        if is_dir != dirs || process_exists(pid) {
             continue;
         }
         let Ok(f) = File::open(e.path()) else {
@@ -218,35 +218,11 @@ fn sweep(base: &Path, dirs: bool, pid_of: impl Fn(&str) -> Option<u32>) -> usize
     removed
 }
 
-/// Whether no process has this pid.
-fn pid_gone(pid: u32) -> bool {
-    let Ok(pid) = libc::pid_t::try_from(pid) else {
-        return false;
-    };
-    if pid <= 0 {
-        return false;
-    }
-    // SAFETY: signal 0 only checks that the process exists.
-    let r = unsafe { libc::kill(pid, 0) };
-    r != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
-}
-
 /// `(total, free)` bytes of the file system holding `dir`, free as an unprivileged user
 /// may still write.
 pub fn space(dir: &Path) -> Option<(u64, u64)> {
     use std::os::unix::ffi::OsStrExt;
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
-    // SAFETY: st is plain old data that statvfs fills.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    // SAFETY: a NUL-terminated path and a valid out pointer.
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return None;
-    }
-    let unit = st.f_frsize as u64;
-    Some((
-        (st.f_blocks as u64).saturating_mul(unit),
-        (st.f_bavail as u64).saturating_mul(unit),
-    ))
+    fs_space(&std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?)
 }
 
 #[cfg(test)]
