@@ -28,6 +28,14 @@ pub struct Args {
     /// Stop after this many seconds (default: when the process exits or on Ctrl-C).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
+    /// Write NVML samples into the trace every SECS seconds (device used and total, the
+    /// process's own figure); 0: none
+    #[arg(long, value_name = "SECS", default_value = "1",
+          value_parser = crate::record::nvml::parse_interval)]
+    pub nvml_interval: std::time::Duration,
+    /// Where NVML comes from.
+    #[command(flatten)]
+    pub nvml: crate::nvml::NvmlArgs,
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -101,6 +109,16 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             ..Default::default()
         },
     )?;
+    if !args.nvml_interval.is_zero() {
+        // Resolved here, before any thread starts (the simulated GPU's spec goes into the
+        // environment); no NVML just means no samples.
+        if let Ok(lib) = crate::record::nvml::resolve(&args.nvml) {
+            if let Some(feed) = crate::record::nvml::NvmlFeed::start(lib, args.nvml_interval, false)
+            {
+                rec.sample_nvml(feed);
+            }
+        }
+    }
     for sig in [libc::SIGINT, libc::SIGTERM] {
         // SAFETY: the handler only stores an atomic.
         unsafe { libc::signal(sig, on_stop as *const () as libc::sighandler_t) };

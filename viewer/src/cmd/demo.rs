@@ -43,6 +43,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         trace: Some(args.output.clone()),
         simulated_gpu: Some(Some(DEMO_GPU.to_string())),
         torch_snapshot: None,
+        nvml_interval: Some(crate::record::nvml::DEFAULT_INTERVAL),
         no_probe: false,
         env: vec![
             (

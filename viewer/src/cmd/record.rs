@@ -18,6 +18,11 @@ pub struct Args {
     /// Print no summary at the end.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Write NVML samples into the trace every SECS seconds (device used and total, each
+    /// probed process's own figure), for the replay's NVML cross-check and `doctor`; 0: none
+    #[arg(long, value_name = "SECS", default_value = "1",
+          value_parser = crate::record::nvml::parse_interval)]
+    pub nvml_interval: std::time::Duration,
     /// `--torch-snapshot`, as for `run`.
     #[command(flatten)]
     pub torch: super::run::TorchArgs,
@@ -38,6 +43,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         torch_snapshot: args.torch.max_entries(),
         no_probe: false,
         env: Vec::new(),
+        nvml_interval: Some(args.nvml_interval),
     };
     super::run::run_session(&opts, args.quiet, false, false)
 }

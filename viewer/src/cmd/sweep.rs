@@ -165,6 +165,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             torch_snapshot: None,
             no_probe: false,
             env,
+            nvml_interval: Some(crate::record::nvml::DEFAULT_INTERVAL),
         };
         eprintln!(
             "fragprobe sweep: run {}/{}: PYTORCH_CUDA_ALLOC_CONF={}",

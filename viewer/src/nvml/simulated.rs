@@ -54,7 +54,7 @@ pub fn nvml_lib(spec: &str) -> Result<PathBuf, String> {
         .map_err(|e| format!("simulated GPU: {e}"))?;
     if !spec.is_empty() {
         for (k, v) in fragprobe_simgpu::sim_env(Some(spec), &dir) {
-            if k != "LD_LIBRARY_PATH" {
+            if k != "LD_LIBRARY_PATH" && std::env::var(&k).ok().as_deref() != Some(v.as_str()) {
                 std::env::set_var(k, v);
             }
         }

@@ -4,6 +4,7 @@
 //! [`Recorder`] is the one source of live records: `fragprobe run`, `record`, `attach` and
 //! the live viewer all poll it; the same records go to the trace file and to the model.
 
+pub mod nvml;
 mod recorder;
 pub mod ringdir;
 mod session;

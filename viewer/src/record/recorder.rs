@@ -8,6 +8,9 @@ use fragprobe_shared::live::resync_records_at;
 use fragprobe_shared::ring::{list_rings, monotonic_ns, DrainEnd, RingFile};
 use fragprobe_shared::trace::TraceWriter;
 
+use super::nvml::{sample_records, NvmlFeed, Timed};
+use crate::nvml::live::described_devices;
+
 /// The trace file a recorder writes.
 pub type TraceOut = TraceWriter<std::io::BufWriter<std::fs::File>>;
 
@@ -42,6 +45,12 @@ struct Attached {
     finished: bool,
     /// Records with seq below this were already covered by a resync: skip them.
     skip_below: u64,
+    /// The GPUs the process described ((CUDA ordinal, uuid)), for its NVML samples;
+    /// read again whenever it has written more metadata.
+    devices: Vec<(i16, String)>,
+    devices_read_at: usize,
+    /// The latest timestamp among the records written for it.
+    last_ts: u64,
 }
 
 /// Counters of one [`Recorder::poll`].
@@ -68,6 +77,8 @@ pub struct Recorder {
     total: u64,
     lost: u64,
     pids: Vec<u32>,
+    /// NVML samples to write next to the records (see [`Recorder::sample_nvml`]).
+    nvml: Option<NvmlFeed>,
 }
 
 impl Recorder {
@@ -84,6 +95,7 @@ impl Recorder {
             total: 0,
             lost: 0,
             pids: Vec::new(),
+            nvml: None,
         }
     }
 
@@ -101,6 +113,12 @@ impl Recorder {
         let file = RingFile::open(path)?;
         r.adopt(path.to_path_buf(), file)?;
         Ok(r)
+    }
+
+    /// Writes the samples `feed` takes as `NvmlSample` records: one per probed process
+    /// and GPU it described, at each poll after the sample was taken.
+    pub fn sample_nvml(&mut self, feed: NvmlFeed) {
+        self.nvml = Some(feed);
     }
 
     /// Processes seen so far.
@@ -152,6 +170,9 @@ impl Recorder {
             saw_exit: false,
             finished: false,
             skip_below: 0,
+            devices: Vec::new(),
+            devices_read_at: 0,
+            last_ts: 0,
         };
         if self.opts.attach_late || a.seen_dropped > 0 || a.seen_skipped > 0 {
             let mut out = Vec::new();
@@ -225,6 +246,7 @@ impl Recorder {
         if r.kind == EventKind::ProcessExit as u16 {
             a.saw_exit = true;
         }
+        a.last_ts = a.last_ts.max(r.ts_ns);
         self.batch.push(r);
         self.total += 1;
         Ok(())
@@ -244,6 +266,23 @@ impl Recorder {
         Ok(())
     }
 
+    /// Emits the NVML sample records of `a`'s process (after its drained records, so they
+    /// carry the GPUs it has described by now).
+    fn emit_nvml(&mut self, a: &mut Attached, samples: &[Timed]) -> anyhow::Result<()> {
+        if a.metas.len() != a.devices_read_at {
+            a.devices = described_devices(a.file.meta_area());
+            a.devices_read_at = a.metas.len();
+        }
+        if a.devices.is_empty() {
+            return Ok(());
+        }
+        for s in samples {
+            let recs = sample_records(a.pid, a.file.head(), &a.devices, s, a.last_ts);
+            self.emit_vec(a, recs)?;
+        }
+        Ok(())
+    }
+
     /// The metadata entry a record points at, from its process's ring.
     pub fn meta_of(&self, r: &Record) -> Option<&[u8]> {
         self.rings
@@ -259,6 +298,7 @@ impl Recorder {
             ..PollStats::default()
         };
         let before = self.total;
+        let samples = self.nvml.as_ref().map(NvmlFeed::take).unwrap_or_default();
         let now = monotonic_ns();
         let mut rings = std::mem::take(&mut self.rings);
         let rings_meta: Vec<(u32, u64)> =
@@ -266,6 +306,9 @@ impl Recorder {
         for a in rings.iter_mut().filter(|a| !a.finished) {
             a.file.heartbeat(now);
             self.drain_one(a, now)?;
+            if !samples.is_empty() {
+                self.emit_nvml(a, &samples)?;
+            }
             self.flush_batch(sink)?;
             if !a.finished && ended(a, &rings_meta) {
                 // The process is gone: one last drain, then close its story.

@@ -31,6 +31,9 @@ pub struct SessionOptions {
     /// `Some(max_entries)`: make PyTorch dump allocator snapshots next to the trace
     /// (`run --torch-snapshot`).
     pub torch_snapshot: Option<u64>,
+    /// Write NVML samples into the trace this often (`None` or zero: none); see
+    /// [`super::nvml`].
+    pub nvml_interval: Option<std::time::Duration>,
 }
 
 /// A running session.
@@ -181,6 +184,51 @@ pub fn utc_stamp() -> String {
     )
 }
 
+/// The NVML sampler for a session: the simulated GPU's NVML when the command runs on it,
+/// reading the same state file and device spec as the command (this process takes the
+/// command's settings first: the stand-in reads them from the environment), else the
+/// driver's (or `$FRAGPROBE_NVML_LIB`).
+fn nvml_feed(
+    opts: &SessionOptions,
+    sim_lib: Option<PathBuf>,
+    every: std::time::Duration,
+) -> Option<super::nvml::NvmlFeed> {
+    use fragprobe_simgpu::config::{ENV_GPU, ENV_STATE};
+    let Some(lib) = sim_lib else {
+        let args = crate::nvml::NvmlArgs {
+            nvml_lib: std::env::var_os("FRAGPROBE_NVML_LIB")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
+            simulated_gpu: None,
+        };
+        return super::nvml::NvmlFeed::start(args, every, false);
+    };
+    let spec = opts.simulated_gpu.clone().flatten();
+    let mut wanted: Vec<(OsString, OsString)> = Vec::new();
+    if let Some(s) = spec {
+        wanted.push((ENV_GPU.into(), s.into()));
+    }
+    wanted.extend(
+        opts.env
+            .iter()
+            .filter(|(k, _)| k == ENV_GPU || k == ENV_STATE)
+            .cloned(),
+    );
+    for (k, v) in wanted {
+        if std::env::var_os(&k).as_ref() != Some(&v) {
+            // Called on the thread that starts sessions, before this session's sampler
+            // starts and after the previous one's has ended (simulated feeds are joined
+            // when dropped); no other thread of `fragprobe` reads these variables.
+            std::env::set_var(k, v);
+        }
+    }
+    let args = crate::nvml::NvmlArgs {
+        nvml_lib: Some(lib),
+        simulated_gpu: None,
+    };
+    super::nvml::NvmlFeed::start(args, every, true)
+}
+
 /// Why a command could not be started, as the exit code a shell would give.
 pub struct SpawnError {
     /// 126 or 127.
@@ -223,6 +271,7 @@ impl Session {
             };
             cmd.env("LD_PRELOAD", preload);
         }
+        let mut sim_lib = None;
         if let Some(spec) = &opts.simulated_gpu {
             let lib_dir =
                 fragprobe_simgpu::prepare_lib_dir(&artifact_dir(), &dir.join("simgpu-lib"))
@@ -230,6 +279,7 @@ impl Session {
             for (k, v) in fragprobe_simgpu::sim_env(spec.as_deref(), &lib_dir) {
                 cmd.env(k, v);
             }
+            sim_lib = Some(lib_dir.join("libnvidia-ml.so.1"));
         }
         for (k, v) in &opts.env {
             cmd.env(k, v);
@@ -267,7 +317,7 @@ impl Session {
         };
         guard.0 = None;
         CHILD_PID.store(child.id() as i32, Ordering::Relaxed);
-        let recorder = Recorder::new(
+        let mut recorder = Recorder::new(
             &dir,
             writer,
             RecorderOptions {
@@ -275,6 +325,14 @@ impl Session {
                 ..RecorderOptions::default()
             },
         );
+        if let Some(every) = opts
+            .nvml_interval
+            .filter(|d| !d.is_zero() && !opts.no_probe)
+        {
+            if let Some(feed) = nvml_feed(opts, sim_lib, every) {
+                recorder.sample_nvml(feed);
+            }
+        }
         Ok(Ok(Session {
             recorder,
             child,
