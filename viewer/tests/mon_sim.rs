@@ -455,6 +455,120 @@ fn doctor_and_plot_on_a_recorded_fragmentation_oom() {
     assert_eq!((pm.width(), pm.height()), (1200, 600));
 }
 
+/// Records `leak --hold --then-alloc 400` on a 1 GiB simulated GPU while another process
+/// holds 382 MiB on it; the run's last request fails. Returns the trace and the run's pid.
+fn record_beside_a_hog(state: &Path, name: &str, nvml_interval: &str) -> (std::path::PathBuf, u32) {
+    use std::io::{BufRead, BufReader, Read};
+    let trace = out_path(name);
+    let mut child = fragprobe(state)
+        .env(ENV_GPU, "1x1GiB")
+        .args([
+            "record",
+            "--quiet",
+            "--simulated-gpu=1x1GiB",
+            "--nvml-interval",
+            nvml_interval,
+        ])
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(build_scenario("leak"))
+        .args(["--hold", "--then-alloc", "400"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut text = String::new();
+    while !text.contains("FPSCN-HOLD") {
+        assert!(
+            out.read_line(&mut text).unwrap() > 0,
+            "ended before holding: {text}"
+        );
+    }
+    // The run holds its memory: every sample from now on sees it (20 intervals of 50 ms).
+    std::thread::sleep(Duration::from_secs(1));
+    drop(child.stdin.take());
+    out.read_to_string(&mut text).unwrap();
+    assert!(child.wait().unwrap().success(), "{text}");
+    let lines = parse_lines(&text);
+    let last = lines.last().unwrap();
+    assert_eq!(
+        (last.op.as_str(), last.size, last.res),
+        ("alloc", 400 * MIB, 2),
+        "{text}"
+    );
+    (trace, last.pid)
+}
+
+#[test]
+fn recorded_nvml_samples_let_doctor_tell_another_process_from_the_run() {
+    use fragprobe_shared::format::EventKind;
+    use fragprobe_tests::probe::read_trace;
+    let state = fresh_state_path();
+    let hog = Held::start(&state, "1x1GiB", None);
+    let (trace, pid) = record_beside_a_hog(&state, "nvml-samples.fpt", "0.05");
+    let (bare, _) = record_beside_a_hog(&state, "nvml-none.fpt", "0");
+    hog.release();
+
+    let recs = read_trace(&trace);
+    let failed = recs
+        .iter()
+        .find(|r| r.kind() == Some(EventKind::Alloc) && !r.ok())
+        .expect("the failed request");
+    let samples: Vec<_> = recs
+        .iter()
+        .filter(|r| r.kind() == Some(EventKind::NvmlSample))
+        .collect();
+    assert!(samples.len() >= 5, "{} samples", samples.len());
+    assert!(samples
+        .iter()
+        .all(|r| r.pid == pid && r.device == 0 && r.aux == GIB));
+    assert!(samples.windows(2).all(|w| w[0].ts_ns <= w[1].ts_ns));
+    // The last sample before the failure: the run's own figure (its allocations and its
+    // context) and the device's (the run and the other process).
+    let last = samples
+        .iter()
+        .rfind(|r| r.ts_ns <= failed.ts_ns)
+        .expect("a sample before the failure");
+    assert_eq!(last.aux2, 82 * MIB + OVERHEAD);
+    assert_eq!(last.size, 2 * (82 * MIB + OVERHEAD));
+    assert!(read_trace(&bare)
+        .iter()
+        .all(|r| r.kind() != Some(EventKind::NvmlSample)));
+
+    let doctor = |t: &Path| {
+        let o = fragprobe(&state)
+            .args(["doctor", "--json"])
+            .arg(t)
+            .output()
+            .unwrap();
+        let (json, err) = text(&o);
+        assert_eq!(o.status.code(), Some(7), "{json}{err}");
+        serde_json::from_str::<serde_json::Value>(&json).unwrap()
+    };
+    // With NVML's figures, the 382 MiB beside the run are another process's…
+    let v = doctor(&trace);
+    assert_eq!(causes(&v), vec!["other_processes"], "{v}");
+    assert_eq!(
+        v["reports"][0]["evidence"]["others_unattributed"],
+        82 * MIB + OVERHEAD
+    );
+    // …without them, only cuMemGetInfo's figure is there, and it is put down to the run.
+    let v = doctor(&bare);
+    assert_eq!(causes(&v), vec!["peak_demand"], "{v}");
+
+    let o = fragprobe(&state)
+        .args(["report", "--json"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let r: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let n = &r["devices"][0]["nvml"];
+    assert_eq!(n["peak_used"], 2 * (82 * MIB + OVERHEAD), "{n}");
+    assert_eq!(n["total"], GIB);
+}
+
 /// CPU cost of `log` at 1 Hz and 10 Hz over 10 s each, with one process on the GPU.
 /// Not a pass/fail timing test: run with `--ignored --nocapture` to print the figures.
 #[test]

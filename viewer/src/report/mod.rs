@@ -86,6 +86,39 @@ pub struct DeviceRow {
     pub final_ratio: f64,
     pub final_largest_free_block: Option<u64>,
     pub min_largest_free_block: Option<u64>,
+    /// What NVML said of the device during the run (the trace's `NvmlSample` records);
+    /// absent when it has none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub nvml: Option<NvmlRow>,
+}
+
+/// NVML's figures for one device over a run.
+#[derive(Clone, Debug, Serialize)]
+pub struct NvmlRow {
+    /// Highest device used bytes sampled.
+    pub peak_used: u64,
+    /// Device used bytes at the last sample.
+    pub last_used: u64,
+    /// Device total bytes, as NVML gives it.
+    pub total: Option<u64>,
+    /// The sampled process's own bytes at the last sample (context included), when NVML
+    /// could say.
+    pub last_process_used: Option<u64>,
+}
+
+/// The NVML row of a device, from its samples.
+fn nvml_row(d: &fragprobe_shared::model::Device) -> Option<NvmlRow> {
+    let series = d
+        .own_series()
+        .get(fragprobe_shared::model::Metric::NvmlUsed);
+    let s = d.samples();
+    let last = s.nvml_used?;
+    Some(NvmlRow {
+        peak_used: series.max_value().map_or(last, |v| (v as u64).max(last)),
+        last_used: last,
+        total: s.nvml_total,
+        last_process_used: s.nvml_process_used,
+    })
 }
 
 /// Event counts.
@@ -262,6 +295,7 @@ impl Report {
                 final_ratio,
                 final_largest_free_block: fin.arena.map(|a| a.largest_free),
                 min_largest_free_block: s.min_largest_free,
+                nvml: nvml_row(d),
             });
             if s.peak_live > bytes.peak_live {
                 bytes.peak_live = s.peak_live;

@@ -68,6 +68,17 @@ pub fn render(r: &Report) -> String {
             d.max_ratio,
             d.final_ratio
         );
+        if let Some(n) = &d.nvml {
+            let _ =
+                writeln!(
+                o,
+                "  nvml        peak used {} of {}; last sample: device {}, the sampled process {}",
+                bytes(n.peak_used),
+                n.total.map(bytes).unwrap_or_else(|| "?".into()),
+                bytes(n.last_used),
+                n.last_process_used.map(bytes).unwrap_or_else(|| "n/a".into())
+            );
+        }
     }
     let _ = writeln!(
         o,
