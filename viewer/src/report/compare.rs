@@ -84,6 +84,20 @@ fn rows() -> Vec<RowSpec> {
             true,
         ),
         (
+            "NVML peak used bytes",
+            // Device-wide, context included: what the run really cost the GPU, when its
+            // trace has NVML samples and nothing else ran on the device.
+            Better::Lower,
+            |r| {
+                r.devices
+                    .iter()
+                    .filter_map(|d| d.nvml.as_ref().map(|n| n.peak_used as f64))
+                    .reduce(f64::max)
+                    .unwrap_or(f64::NAN)
+            },
+            true,
+        ),
+        (
             "peak reserved (VMM) bytes",
             // Address space costs no memory; a run without VMM is not "better" for it.
             Better::Neither,
@@ -283,6 +297,43 @@ mod tests {
             Row::new("x", Better::Neither, vec![0.0, 8.0], true).best,
             None
         );
+    }
+
+    #[test]
+    fn nvml_peak_used_is_compared_where_the_traces_have_samples() {
+        use super::super::{DeviceRow, NvmlRow};
+        let report = |peak: Option<u64>| {
+            let mut r = Report::build(&fragprobe_shared::model::Model::new(), "t", vec![], 0, 0);
+            r.devices.push(DeviceRow {
+                ordinal: 0,
+                uuid: None,
+                name: None,
+                total_bytes: None,
+                peak_live: 0,
+                final_live: 0,
+                max_ratio: 0.0,
+                final_ratio: 0.0,
+                final_largest_free_block: None,
+                min_largest_free_block: None,
+                nvml: peak.map(|p| NvmlRow {
+                    peak_used: p,
+                    last_used: p / 2,
+                    total: Some(1 << 30),
+                    last_process_used: None,
+                }),
+            });
+            r
+        };
+        let c = compare(&[report(Some(3 << 20)), report(Some(2 << 20)), report(None)]);
+        let row = c
+            .rows
+            .iter()
+            .find(|r| r.figure == "NVML peak used bytes")
+            .unwrap();
+        assert_eq!(row.values[..2], [(3 << 20) as f64, (2 << 20) as f64]);
+        assert!(row.values[2].is_nan());
+        assert_eq!(row.best, Some(1));
+        assert!(render(&c).contains("NVML peak used bytes"));
     }
 
     #[test]
