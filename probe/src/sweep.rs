@@ -11,11 +11,14 @@
 //! - no process has its pid (`kill(pid, 0)` fails with `ESRCH`): a host program that closed
 //!   every descriptor, and so dropped the lock, still has its pid.
 //!
-//! A consumer that has the ring mapped keeps reading it after the unlink. A ring still
-//! being made (`….ring.new`) is never touched: its maker locks it a moment after creating
-//! it, and only a crash in that moment leaves one behind.
+//! A consumer that has the ring mapped keeps reading it after the unlink.
+//!
+//! A ring still being made (`….ring.new`) is unlocked for the moment between its creation
+//! and its maker's `flock`, and a maker in another pid namespace has a pid this process
+//! cannot see. So a `.ring.new` file is removed only when, besides the two rules above, it
+//! is over [`STALE_NEW_SECS`] old: a maker that crashed in that moment left it behind.
 
-use fragprobe_shared::ring::parse_ring_file_name;
+use fragprobe_shared::ring::{parse_ring_file_name, RING_NEW_SUFFIX};
 
 use crate::ringfile::{last_errno, Text};
 
@@ -26,6 +29,9 @@ const MAX_ENTRIES: usize = 4096;
 /// the sweep runs inside the process's first recorded call; each process adds one ring,
 /// so a backlog (left by an older probe, say) still drains, 8 rings per new process.
 const MAX_REMOVALS: usize = 8;
+/// A `.ring.new` file older than this is not being made any more (making one takes
+/// milliseconds).
+const STALE_NEW_SECS: i64 = 60;
 
 /// Removes the dead rings in `dir` (see the module documentation).
 pub fn dead_rings(dir: &Text) {
@@ -71,11 +77,16 @@ pub fn dead_rings(dir: &Text) {
             let name = &bytes[off + 19..end];
             let name = &name[..name.iter().position(|&c| c == 0).unwrap_or(name.len())];
             if matches!(d_type, libc::DT_REG | libc::DT_UNKNOWN) {
-                if let Some(pid) = parse_ring_file_name(name) {
+                let (ring, making) = match name.strip_suffix(RING_NEW_SUFFIX) {
+                    Some(ring) => (ring, true),
+                    None => (name, false),
+                };
+                if let Some(pid) = parse_ring_file_name(ring) {
                     // SAFETY: the name is NUL-terminated inside buf (the kernel
                     // terminates d_name).
-                    if gone(pid) && unsafe { remove_if_unlocked(dfd, bytes.as_ptr().add(off + 19)) }
-                    {
+                    let name_at = unsafe { bytes.as_ptr().add(off + 19) };
+                    // SAFETY: name_at is that NUL-terminated name; dfd is open.
+                    if gone(pid) && unsafe { remove_if_unlocked(dfd, name_at, making) } {
                         removed += 1;
                         if removed >= MAX_REMOVALS {
                             break 'read;
@@ -106,11 +117,12 @@ fn gone(pid: u32) -> bool {
     unsafe { libc::kill(p, 0) != 0 && last_errno() == libc::ESRCH }
 }
 
-/// Unlinks `dir/name` when nobody holds its owner's lock; whether it did.
+/// Unlinks `dir/name` when nobody holds its owner's lock (and, for a ring being made, when
+/// it is over [`STALE_NEW_SECS`] old); whether it did.
 ///
 /// # Safety
 /// `name` must point at a NUL-terminated file name; `dfd` must be an open directory.
-unsafe fn remove_if_unlocked(dfd: libc::c_int, name: *const u8) -> bool {
+unsafe fn remove_if_unlocked(dfd: libc::c_int, name: *const u8, making: bool) -> bool {
     let name = name as *const libc::c_char;
     // SAFETY: per the contract; O_NONBLOCK so a FIFO planted under a ring's name cannot
     // block us.
@@ -126,9 +138,26 @@ unsafe fn remove_if_unlocked(dfd: libc::c_int, name: *const u8) -> bool {
     }
     // SAFETY: fd is ours; an exclusive lock that is granted means no owner holds one.
     unsafe {
-        let done = libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0
+        let done = (!making || stale(fd))
+            && libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) == 0
             && libc::unlinkat(dfd, name, 0) == 0;
         libc::close(fd);
         done
     }
+}
+
+/// Whether the open file `fd` was last changed over [`STALE_NEW_SECS`] ago.
+fn stale(fd: libc::c_int) -> bool {
+    // SAFETY: both are plain C structs that the calls below fill; zeroes are valid values.
+    let (mut st, mut now) = unsafe {
+        (
+            core::mem::zeroed::<libc::stat>(),
+            core::mem::zeroed::<libc::timespec>(),
+        )
+    };
+    // SAFETY: fd is open; st and now are writable and exclusively borrowed.
+    let ok = unsafe {
+        libc::fstat(fd, &mut st) == 0 && libc::clock_gettime(libc::CLOCK_REALTIME, &mut now) == 0
+    };
+    ok && now.tv_sec.saturating_sub(st.st_mtime) > STALE_NEW_SECS
 }

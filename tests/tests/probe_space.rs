@@ -288,6 +288,16 @@ fn each_new_ring_clears_out_the_rings_of_processes_that_are_gone() {
     // A live pid without a lock: a host program that closed every descriptor.
     let closed_fds = plant(format!("{}-7.ring", std::process::id()));
     let other = plant("notes.txt".into());
+    // Rings left half made: one by a maker that crashed two minutes ago, one that may be
+    // in the moment between its creation and its maker's lock (in another pid namespace).
+    let crashed = plant(format!("{dead}-8.ring.new"));
+    std::fs::File::options()
+        .write(true)
+        .open(&crashed)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - std::time::Duration::from_secs(120))
+        .unwrap();
+    let making = plant(format!("{dead}-9.ring.new"));
 
     let run = || {
         let out = run_per_user(&xdg);
@@ -308,6 +318,8 @@ fn each_new_ring_clears_out_the_rings_of_processes_that_are_gone() {
     assert!(elsewhere.exists(), "a locked ring stays");
     assert!(closed_fds.exists(), "a live pid's ring stays");
     assert!(other.exists(), "other files stay");
+    assert!(!crashed.exists(), "a stale half-made ring is gone");
+    assert!(making.exists(), "a ring maybe being made stays");
     let first: Vec<PathBuf> = rings()
         .into_iter()
         .filter(|p| p != &elsewhere && p != &closed_fds)
