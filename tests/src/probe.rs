@@ -143,7 +143,7 @@ pub fn read_trace(path: &Path) -> Vec<Record> {
 pub fn op_of(r: &Record) -> Option<&'static str> {
     if matches!(
         r.api(),
-        Some(Api::Probe | Api::Consumer | Api::Synthetic) | None
+        Some(Api::Probe | Api::Consumer | Api::Nvml | Api::Synthetic) | None
     ) {
         return None;
     }

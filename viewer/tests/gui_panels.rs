@@ -382,6 +382,37 @@ fn two_processes_get_a_tab_each_or_merged_device_figures() {
 }
 
 #[test]
+fn each_process_is_cross_checked_against_its_own_nvml_figure() {
+    let dir = temp_dir("two-nvml");
+    let mut a = Synth::new(203, None);
+    a.alloc(BASE, 64 * MIB);
+    a.nvml(480 * MIB, 364 * MIB);
+    let mut b = Synth::new(204, None);
+    b.alloc(BASE, 16 * MIB);
+    b.push(Record::default()); // b's sample comes after a's
+    b.nvml(480 * MIB, 116 * MIB);
+    let mut both = Synth::new(203, None);
+    both.records = a
+        .records
+        .iter()
+        .chain(b.records.iter())
+        .copied()
+        .filter(|r| r.kind != 0)
+        .collect();
+    both.records.sort_by_key(|r| r.ts_ns);
+    both.metas = a.metas.iter().chain(b.metas.iter()).cloned().collect();
+    let run = loaded_run(&both, &dir, "two-nvml.fpt", 0);
+    let mut h = harness(viewer_over(vec![run]));
+    settle(&mut h);
+    // The device's last sample is b's; a's cross-check still uses a's own figure.
+    assert_eq!(value_of(&h, "live bytes"), human_bytes(64 * MIB));
+    assert_eq!(value_of(&h, "NVML, this process"), human_bytes(364 * MIB));
+    h.get_by_label("pid 204 · GPU 0").click();
+    h.run_steps(2);
+    assert_eq!(value_of(&h, "NVML, this process"), human_bytes(116 * MIB));
+}
+
+#[test]
 fn the_window_builds_the_map_off_the_ui_thread() {
     let dir = temp_dir("bg");
     let run = loaded_run(&fragmented(111, None), &dir, "bg.fpt", 0);

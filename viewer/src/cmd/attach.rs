@@ -112,11 +112,15 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     if !args.nvml_interval.is_zero() {
         // Resolved here, before any thread starts (the simulated GPU's spec goes into the
         // environment); no NVML just means no samples.
-        if let Ok(lib) = crate::record::nvml::resolve(&args.nvml) {
-            if let Some(feed) = crate::record::nvml::NvmlFeed::start(lib, args.nvml_interval, false)
-            {
-                rec.sample_nvml(feed);
+        match crate::record::nvml::resolve(&args.nvml) {
+            Ok(lib) => {
+                if let Some(feed) =
+                    crate::record::nvml::NvmlFeed::start(lib, args.nvml_interval, false)
+                {
+                    rec.sample_nvml(feed);
+                }
             }
+            Err(e) => eprintln!("fragprobe: no NVML samples in the trace: {e}"),
         }
     }
     for sig in [libc::SIGINT, libc::SIGTERM] {

@@ -877,11 +877,7 @@ impl Viewer {
                 for p in h.model.processes() {
                     for (ord, s) in p.spaces() {
                         let Some(sp) = h.model.space(s) else { continue };
-                        let used = h
-                            .model
-                            .device(sp.device())
-                            .and_then(|d| d.samples().nvml_process_used)
-                            .filter(|&u| u != u64::MAX);
+                        let used = h.nvml_process_at(p.pid(), ord, u64::MAX);
                         input.rows.push(processes::Row {
                             gpu: ord.max(0) as u32,
                             pid: p.pid(),

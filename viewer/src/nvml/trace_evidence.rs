@@ -65,14 +65,33 @@ pub fn replay(path: &Path) -> Result<Replayed, (u8, String)> {
             first_ns = first_ns.min(r.ts_ns);
         }
         let Some(kind) = r.kind() else { continue };
-        if kind == EventKind::NvmlSample && r.aux2 != u64::MAX {
-            if let Some(d) = model.devices().iter().find(|d| {
-                d.samples()
-                    .nvml_at
-                    .is_some_and(|w| w.seq == r.seq && w.pid == r.pid)
-            }) {
-                proc_used.insert((d.id(), r.pid), r.aux2);
+        if kind == EventKind::NvmlSample {
+            // The device of the process's ordinal (one sample gives one record per GPU
+            // of the process, all with the same seq). A process NVML no longer lists
+            // holds nothing of its own there.
+            let dev = device_of(&model, &r).map(|d| d.id()).or_else(|| {
+                // No space there yet (nothing allocated): the device the sample went to.
+                model
+                    .devices()
+                    .iter()
+                    .find(|d| {
+                        d.samples().nvml_at.is_some_and(|w| {
+                            w.seq == r.seq && w.pid == r.pid && d.ordinal() == r.device
+                        })
+                    })
+                    .map(|d| d.id())
+            });
+            if let Some(d) = dev {
+                if r.aux2 == u64::MAX {
+                    proc_used.remove(&(d, r.pid));
+                } else {
+                    proc_used.insert((d, r.pid), r.aux2);
+                }
             }
+        }
+        if kind == EventKind::ProcessExit {
+            // An ended process's last figure is not the run's any more.
+            proc_used.retain(|(_, pid), _| *pid != r.pid);
         }
         if kind == EventKind::MemGetInfo && r.ok() {
             if let Some(dev) = device_of(&model, &r) {

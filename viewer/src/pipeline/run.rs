@@ -63,6 +63,10 @@ pub struct Baseline {
     pub bytes: u64,
 }
 
+/// One process's NVML figures on one device: `(time, bytes or None where NVML could not
+/// say)`, in time order.
+pub type ProcessNvml = Vec<(u64, Option<u64>)>;
+
 /// The head of a run: the model after every record ingested so far.
 pub struct Head {
     /// The model.
@@ -76,6 +80,10 @@ pub struct Head {
     pub t_last: u64,
     /// Context baselines per (pid, device ordinal).
     pub baselines: HashMap<(u32, i16), Baseline>,
+    /// Each process's own NVML figure per (pid, device ordinal), as sampled: `(time, bytes
+    /// or None where NVML could not say)`, in time order. The model keeps the last sample
+    /// per device, whichever process it was for; the cross-check needs each process's.
+    pub nvml_process: HashMap<(u32, i16), ProcessNvml>,
     /// Events the live source reported lost (ring full).
     pub ring_dropped: u64,
     /// Index of the first `ProcessExit` record (the state just before it is the run's
@@ -98,6 +106,7 @@ impl Head {
             t_first: 0,
             t_last: 0,
             baselines: HashMap::new(),
+            nvml_process: HashMap::new(),
             ring_dropped: 0,
             first_exit: None,
             warnings: Vec::new(),
@@ -113,6 +122,14 @@ impl Head {
     /// The time span `(first, last)` of the records so far.
     pub fn span(&self) -> (u64, u64) {
         (self.t_first, self.t_last.max(self.t_first))
+    }
+
+    /// NVML's figure for process `pid` on device `ordinal` at the last sample taken at or
+    /// before `now_ns` (`None`: none yet, or NVML could not say).
+    pub fn nvml_process_at(&self, pid: u32, ordinal: i16, now_ns: u64) -> Option<u64> {
+        let v = self.nvml_process.get(&(pid, ordinal))?;
+        let n = v.partition_point(|(t, _)| *t <= now_ns);
+        v.get(n.checked_sub(1)?)?.1
     }
 
     /// The records applied so far, for the events list.
@@ -172,6 +189,7 @@ impl Head {
             t_last: &mut self.t_last,
             first_exit: &mut self.first_exit,
             baselines: &mut self.baselines,
+            nvml_process: &mut self.nvml_process,
             applied: &mut self.applied,
         };
         (&mut self.model, notes)
@@ -184,6 +202,7 @@ struct Notes<'a> {
     t_last: &'a mut u64,
     first_exit: &'a mut Option<usize>,
     baselines: &'a mut HashMap<(u32, i16), Baseline>,
+    nvml_process: &'a mut HashMap<(u32, i16), ProcessNvml>,
     applied: &'a mut usize,
 }
 
@@ -195,6 +214,13 @@ impl Notes<'_> {
                 *self.t_first = r.ts_ns;
             }
             *self.t_last = (*self.t_last).max(r.ts_ns);
+        }
+        if r.kind() == Some(EventKind::NvmlSample) {
+            let own = (r.aux2 != u64::MAX).then_some(r.aux2);
+            let v = self.nvml_process.entry((r.pid, r.device)).or_default();
+            // Time order, whatever order the records came in.
+            let at = v.partition_point(|(t, _)| *t <= r.ts_ns);
+            v.insert(at, (r.ts_ns, own));
         }
         match r.kind() {
             Some(EventKind::ProcessExit) if self.first_exit.is_none() => {
@@ -560,6 +586,7 @@ fn fast_open(run: &Run, trace: &Trace, ck: &mut Checkpointing) -> bool {
         if h.applied == full.applied {
             h.model = full.model;
             h.baselines = full.baselines;
+            h.nvml_process = full.nvml_process;
             h.first_exit = full.first_exit;
             h.t_first = full.t_first;
             h.t_last = full.t_last;

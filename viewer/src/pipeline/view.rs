@@ -281,15 +281,16 @@ pub fn figures(
         f.frag_ratio = a.ratio();
     }
     let samples = sc.device.map(|d| *d.samples()).unwrap_or_default();
+    let now = m.now().ts_ns;
     let nvml = nvml.or_else(|| {
         let used = samples.nvml_used?;
         Some(NvmlFigures {
-            process_used: samples.nvml_process_used.filter(|&v| v != u64::MAX),
+            // This process's own sample: the model's last one may be another process's.
+            process_used: head.nvml_process_at(space.pid, space.device, now),
             device_used: used,
             device_total: samples.nvml_total.unwrap_or(0),
         })
     });
-    let now = m.now().ts_ns;
     let baseline = head
         .baselines
         .get(&(space.pid, space.device))

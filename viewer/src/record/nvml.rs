@@ -10,10 +10,9 @@
 //! has no samples; nothing else changes.
 
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::nvml::{Monitor, NvmlArgs, Snapshot};
+use crate::nvml::{DeviceSample, Monitor, NvmlArgs, Snapshot};
 use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_shared::ring::monotonic_ns;
 
@@ -24,8 +23,12 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 /// The shortest interval accepted.
 pub const MIN_INTERVAL: Duration = Duration::from_millis(10);
 
-/// Samples kept waiting for the recorder; older ones are dropped if it falls behind.
+/// Samples kept waiting for the recorder; while it is that far behind, new ones are
+/// dropped.
 const QUEUE: usize = 64;
+
+/// How long dropping a real driver's feed waits for its thread (see [`NvmlFeed::start`]).
+const REAL_JOIN: Duration = Duration::from_millis(100);
 
 /// One NVML sample, taken at `mono_ns` (CLOCK_MONOTONIC, the probe's clock).
 pub struct Timed {
@@ -40,8 +43,11 @@ pub struct NvmlFeed {
     rx: Receiver<Timed>,
     /// Dropping it wakes the sampler at once and ends it.
     stop: Option<SyncSender<()>>,
-    /// The thread, when dropping waits for it (see [`NvmlFeed::start`]).
-    thread: Option<JoinHandle<()>>,
+    /// Disconnected when the thread has ended (NVML shut down).
+    ended: Receiver<()>,
+    /// How long dropping the feed waits for that (see [`NvmlFeed::start`]); `None`: until
+    /// it has.
+    join: Option<Duration>,
 }
 
 impl NvmlFeed {
@@ -51,7 +57,9 @@ impl NvmlFeed {
     /// `join`: dropping the feed waits for its thread, so that a session that follows (the
     /// next run of a sweep) may change the environment the simulated GPU's NVML reads.
     /// Leave it off for a real driver: `nvmlInit` can take seconds without the persistence
-    /// daemon, and a short command's run should not wait for it at the end.
+    /// daemon, and a short command's run should not wait for it at the end; its feed is
+    /// waited for [`REAL_JOIN`] at most (so NVML is usually shut down before `fragprobe`
+    /// exits).
     pub fn start(args: NvmlArgs, interval: Duration, join: bool) -> Option<NvmlFeed> {
         Self::start_with(move || Monitor::open(&args), interval, join)
     }
@@ -65,9 +73,12 @@ impl NvmlFeed {
         let interval = interval.max(MIN_INTERVAL);
         let (tx, rx) = sync_channel(QUEUE);
         let (stop, stopped) = sync_channel::<()>(0);
-        let thread = std::thread::Builder::new()
+        let (end, ended) = sync_channel::<()>(0);
+        std::thread::Builder::new()
             .name("fragprobe-nvml".into())
             .spawn(move || {
+                // Dropped last, after the monitor (NVML shut down): says the thread ended.
+                let _end = end;
                 // No driver, no samples: the trace says nothing about NVML, as before.
                 let Ok(monitor) = open() else { return };
                 loop {
@@ -89,7 +100,8 @@ impl NvmlFeed {
         Some(NvmlFeed {
             rx,
             stop: Some(stop),
-            thread: join.then_some(thread),
+            ended,
+            join: (!join).then_some(REAL_JOIN),
         })
     }
 
@@ -102,9 +114,13 @@ impl NvmlFeed {
 impl Drop for NvmlFeed {
     fn drop(&mut self) {
         drop(self.stop.take());
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        let _ = match self.join {
+            None => self
+                .ended
+                .recv()
+                .map_err(|_| RecvTimeoutError::Disconnected),
+            Some(d) => self.ended.recv_timeout(d),
+        };
     }
 }
 
@@ -135,7 +151,9 @@ pub fn sample_records(
 ) -> Vec<Record> {
     let mut out = Vec::new();
     for (ordinal, uuid) in devices {
-        let Some(dev) = sample.snapshot.device_for(Some(uuid), *ordinal) else {
+        // By uuid only: an index is NVML's numbering, not CUDA's, and a GPU that cannot be
+        // told apart gets no sample rather than another GPU's.
+        let Some(dev) = by_uuid(&sample.snapshot, uuid) else {
             continue;
         };
         let Ok(mem) = &dev.memory else { continue };
@@ -152,7 +170,7 @@ pub fn sample_records(
             ts_ns: sample.mono_ns.max(not_before),
             pid,
             kind: EventKind::NvmlSample as u16,
-            api: Api::Consumer as u16,
+            api: Api::Nvml as u16,
             device: *ordinal,
             size: mem.used(),
             aux: mem.total,
@@ -161,6 +179,29 @@ pub fn sample_records(
         });
     }
     out
+}
+
+/// The NVML device or MIG instance with this uuid. CUDA names a device `GPU-<hex>` (and
+/// the probe so records it) where NVML may say `MIG-<hex>` for the same MIG instance: the
+/// hex part decides.
+fn by_uuid<'s>(snap: &'s Snapshot, uuid: &str) -> Option<&'s DeviceSample> {
+    let hex = |u: &str| -> String {
+        let u = u.trim();
+        let u = u
+            .strip_prefix("GPU-")
+            .or_else(|| u.strip_prefix("MIG-"))
+            .unwrap_or(u);
+        u.to_ascii_lowercase()
+    };
+    let want = hex(uuid);
+    let matches = |d: &DeviceSample| d.uuid.as_ref().is_ok_and(|u| hex(u) == want);
+    snap.devices.iter().find_map(|d| {
+        if matches(d) {
+            Some(d)
+        } else {
+            d.mig.iter().find(|m| matches(m))
+        }
+    })
 }
 
 /// Parses `--nvml-interval`: seconds (fractions allowed), `0` for no sampling.
@@ -188,7 +229,7 @@ mod tests {
     use super::*;
 
     use crate::nvml::sample::ProcessKind;
-    use crate::nvml::{DeviceSample, Memory, Na, ProcessSample};
+    use crate::nvml::{Memory, Na, ProcessSample};
 
     fn gpu(
         index: u32,
@@ -278,9 +319,25 @@ mod tests {
     fn a_gpu_without_memory_figures_or_unknown_gives_nothing() {
         let mut g = gpu(0, "GPU-a", 0, Some(vec![]));
         g.memory = Err(Na::GpuLost);
-        let s = timed(vec![g]);
-        let devs = vec![(0, "GPU-a".to_string()), (3, "GPU-z".to_string())];
+        // NVML's index 1 is not CUDA's ordinal 1: an unknown uuid matches nothing.
+        let s = timed(vec![g, gpu(1, "GPU-b", 0, Some(vec![]))]);
+        let devs = vec![(0, "GPU-a".to_string()), (1, "GPU-z".to_string())];
         assert!(sample_records(7, 1, &devs, &s, 0).is_empty());
+    }
+
+    #[test]
+    fn a_mig_instance_is_found_under_its_parent() {
+        let mut parent = gpu(0, "GPU-aaaa", 9 << 30, Some(vec![]));
+        parent.mig = vec![
+            gpu(0, "MIG-1111", 1 << 30, Some(vec![(7, Some(1 << 30))])),
+            gpu(1, "MIG-2222", 2 << 30, Some(vec![])),
+        ];
+        let s = timed(vec![parent]);
+        let r = sample_records(7, 1, &[(0, "GPU-2222".to_string())], &s, 0);
+        assert_eq!(r.len(), 1);
+        assert_eq!((r[0].size, r[0].aux2), (2 << 30, u64::MAX));
+        let r = sample_records(7, 1, &[(0, "GPU-1111".to_string())], &s, 0);
+        assert_eq!((r[0].size, r[0].aux2), (1 << 30, 1 << 30));
     }
 
     #[test]

@@ -171,7 +171,8 @@ impl Recorder {
             finished: false,
             skip_below: 0,
             devices: Vec::new(),
-            devices_read_at: 0,
+            // Read at the first sample, whatever was drained before (a late attach).
+            devices_read_at: usize::MAX,
             last_ts: 0,
         };
         if self.opts.attach_late || a.seen_dropped > 0 || a.seen_skipped > 0 {

@@ -319,7 +319,6 @@ mod tests {
                     peak_used: p,
                     last_used: p / 2,
                     total: Some(1 << 30),
-                    last_process_used: None,
                 }),
             });
             r

@@ -101,9 +101,6 @@ pub struct NvmlRow {
     pub last_used: u64,
     /// Device total bytes, as NVML gives it.
     pub total: Option<u64>,
-    /// The sampled process's own bytes at the last sample (context included), when NVML
-    /// could say.
-    pub last_process_used: Option<u64>,
 }
 
 /// The NVML row of a device, from its samples.
@@ -117,7 +114,6 @@ fn nvml_row(d: &fragprobe_shared::model::Device) -> Option<NvmlRow> {
         peak_used: series.max_value().map_or(last, |v| (v as u64).max(last)),
         last_used: last,
         total: s.nvml_total,
-        last_process_used: s.nvml_process_used,
     })
 }
 

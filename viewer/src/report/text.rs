@@ -69,14 +69,12 @@ pub fn render(r: &Report) -> String {
             d.final_ratio
         );
         if let Some(n) = &d.nvml {
-            let _ =
-                writeln!(
+            let _ = writeln!(
                 o,
-                "  nvml        peak used {} of {}; last sample: device {}, the sampled process {}",
+                "  nvml        device used: peak {}, last sample {}, of {}",
                 bytes(n.peak_used),
-                n.total.map(bytes).unwrap_or_else(|| "?".into()),
                 bytes(n.last_used),
-                n.last_process_used.map(bytes).unwrap_or_else(|| "n/a".into())
+                n.total.map(bytes).unwrap_or_else(|| "?".into())
             );
         }
     }
