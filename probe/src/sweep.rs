@@ -82,10 +82,11 @@ pub fn dead_rings(dir: &Text) {
                     None => (name, false),
                 };
                 if let Some(pid) = parse_ring_file_name(ring) {
-                    // SAFETY: the name is NUL-terminated inside buf (the kernel
-                    // terminates d_name).
+                    // SAFETY: off + 19 < bytes.len() (the loop's condition), so the
+                    // pointer stays inside buf.
                     let name_at = unsafe { bytes.as_ptr().add(off + 19) };
-                    // SAFETY: name_at is that NUL-terminated name; dfd is open.
+                    // SAFETY: name_at is d_name, which the kernel NUL-terminates inside
+                    // the record; dfd is open.
                     if gone(pid) && unsafe { remove_if_unlocked(dfd, name_at, making) } {
                         removed += 1;
                         if removed >= MAX_REMOVALS {

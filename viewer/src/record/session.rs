@@ -206,7 +206,8 @@ fn nvml_feed(
     let spec = opts.simulated_gpu.clone().flatten();
     let mut wanted: Vec<(OsString, OsString)> = Vec::new();
     if let Some(s) = spec {
-        wanted.push((ENV_GPU.into(), s.into()));
+        // Trimmed, as the viewer's own NVML sets it: `run --view` then finds it set.
+        wanted.push((ENV_GPU.into(), s.trim().into()));
     }
     wanted.extend(
         opts.env
