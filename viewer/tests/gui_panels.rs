@@ -354,6 +354,22 @@ fn live_feed_shows_nvml_unavailable_and_ring_drops() {
     run.stop();
 }
 
+/// The records of two processes in one trace, in time order (records of kind 0, which
+/// only spaced out a process's times, left out).
+fn interleaved(a: &Synth, b: &Synth) -> Synth {
+    let mut both = Synth::new(a.pid, None);
+    both.records = a
+        .records
+        .iter()
+        .chain(b.records.iter())
+        .copied()
+        .filter(|r| r.kind != 0)
+        .collect();
+    both.records.sort_by_key(|r| r.ts_ns);
+    both.metas = a.metas.iter().chain(b.metas.iter()).cloned().collect();
+    both
+}
+
 #[test]
 fn two_processes_get_a_tab_each_or_merged_device_figures() {
     let dir = temp_dir("two");
@@ -362,11 +378,7 @@ fn two_processes_get_a_tab_each_or_merged_device_figures() {
     let mut b = Synth::new(202, None);
     b.alloc(BASE, 16 * MIB);
     b.alloc(BASE + 32 * MIB, 16 * MIB);
-    let mut both = Synth::new(201, None);
-    both.records = a.records.iter().chain(b.records.iter()).copied().collect();
-    both.records.sort_by_key(|r| r.ts_ns);
-    both.metas = a.metas.iter().chain(b.metas.iter()).cloned().collect();
-    let run = loaded_run(&both, &dir, "two.fpt", 0);
+    let run = loaded_run(&interleaved(&a, &b), &dir, "two.fpt", 0);
     let mut h = harness(viewer_over(vec![run]));
     settle(&mut h);
     // The busiest process first.
@@ -391,17 +403,7 @@ fn each_process_is_cross_checked_against_its_own_nvml_figure() {
     b.alloc(BASE, 16 * MIB);
     b.push(Record::default()); // b's sample comes after a's
     b.nvml(480 * MIB, 116 * MIB);
-    let mut both = Synth::new(203, None);
-    both.records = a
-        .records
-        .iter()
-        .chain(b.records.iter())
-        .copied()
-        .filter(|r| r.kind != 0)
-        .collect();
-    both.records.sort_by_key(|r| r.ts_ns);
-    both.metas = a.metas.iter().chain(b.metas.iter()).cloned().collect();
-    let run = loaded_run(&both, &dir, "two-nvml.fpt", 0);
+    let run = loaded_run(&interleaved(&a, &b), &dir, "two-nvml.fpt", 0);
     let mut h = harness(viewer_over(vec![run]));
     settle(&mut h);
     // The device's last sample is b's; a's cross-check still uses a's own figure.

@@ -8,13 +8,17 @@ use std::process::Command;
 use fragprobe_shared::format::{Api, EventKind, Record};
 use gui_support::{Synth, BASE, DEVICE, MIB};
 
-fn doctor(trace: &std::path::Path) -> serde_json::Value {
+/// What `doctor --json` puts down to other processes on GPU 0 of the trace `s` makes.
+fn others_on_gpu0(s: &Synth, name: &str) -> serde_json::Value {
+    let trace = std::env::temp_dir().join(format!("fragprobe-{name}-{}.fpt", std::process::id()));
+    s.write(&trace);
     let o = Command::new(env!("CARGO_BIN_EXE_fragprobe"))
         .args(["doctor", "--json"])
-        .arg(trace)
+        .arg(&trace)
         .env("NO_COLOR", "1")
         .output()
         .unwrap();
+    let _ = std::fs::remove_file(&trace);
     let out = String::from_utf8_lossy(&o.stdout);
     assert_eq!(
         o.status.code(),
@@ -22,21 +26,14 @@ fn doctor(trace: &std::path::Path) -> serde_json::Value {
         "{out}{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    serde_json::from_str(&out).unwrap()
-}
-
-fn report_of(v: &serde_json::Value, gpu: u64) -> &serde_json::Value {
-    v["reports"]
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let gpu0 = v["reports"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|r| r["evidence"]["device"] == gpu)
-        .unwrap_or_else(|| panic!("no report for GPU {gpu}: {v}"))
-}
-
-fn on(device: i16, mut r: Record) -> Record {
-    r.device = device;
-    r
+        .find(|r| r["evidence"]["device"] == 0)
+        .unwrap_or_else(|| panic!("no report for GPU 0: {v}"));
+    gpu0["evidence"]["others_unattributed"].clone()
 }
 
 #[test]
@@ -50,16 +47,14 @@ fn each_gpu_of_a_process_gets_its_own_nvml_figure() {
         ..Record::default()
     });
     s.alloc(BASE, 500 * MIB);
-    s.push(on(
-        1,
-        Record {
-            kind: EventKind::Alloc as u16,
-            api: Api::CudaMalloc as u16,
-            addr: BASE + (1 << 40),
-            size: 100 * MIB,
-            ..Record::default()
-        },
-    ));
+    s.push(Record {
+        kind: EventKind::Alloc as u16,
+        api: Api::CudaMalloc as u16,
+        device: 1,
+        addr: BASE + (1 << 40),
+        size: 100 * MIB,
+        ..Record::default()
+    });
     // One sample, one record per GPU, both with the ring position of the sample: GPU 0
     // holds 900 MiB of which the process 500, GPU 1 only the process's 100.
     s.nvml(900 * MIB, 500 * MIB);
@@ -69,15 +64,7 @@ fn each_gpu_of_a_process_gets_its_own_nvml_figure() {
     last.device = 1;
     last.seq = seq;
     s.failed(200 * MIB);
-    let trace = std::env::temp_dir().join(format!("fragprobe-two-gpus-{}.fpt", std::process::id()));
-    s.write(&trace);
-    let v = doctor(&trace);
-    let _ = std::fs::remove_file(&trace);
-    assert_eq!(
-        report_of(&v, 0)["evidence"]["others_unattributed"],
-        400 * MIB,
-        "{v}"
-    );
+    assert_eq!(others_on_gpu0(&s, "two-gpus"), 400 * MIB);
 }
 
 #[test]
@@ -91,22 +78,13 @@ fn a_process_that_ended_is_not_counted_as_the_run() {
     s.alloc(BASE, 300 * MIB);
     s.nvml(700 * MIB, 300 * MIB);
     s.failed(400 * MIB);
-    let mut recs = helper.records.clone();
-    let t_end = recs.last().unwrap().ts_ns;
-    for mut r in s.records.clone() {
-        r.ts_ns += t_end;
-        recs.push(r);
-    }
+    let t_end = helper.records.last().unwrap().ts_ns;
     let mut all = Synth::new(7, None);
-    all.records = recs;
+    all.records = helper.records.clone();
+    all.records.extend(s.records.iter().map(|r| Record {
+        ts_ns: r.ts_ns + t_end,
+        ..*r
+    }));
     all.metas = [helper.metas.clone(), s.metas.clone()].concat();
-    let trace = std::env::temp_dir().join(format!("fragprobe-helper-{}.fpt", std::process::id()));
-    all.write(&trace);
-    let v = doctor(&trace);
-    let _ = std::fs::remove_file(&trace);
-    assert_eq!(
-        report_of(&v, 0)["evidence"]["others_unattributed"],
-        400 * MIB,
-        "{v}"
-    );
+    assert_eq!(others_on_gpu0(&all, "helper"), 400 * MIB);
 }
