@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use fragprobe_shared::model::Model;
 use fragprobe_shared::trace::TraceWriter;
-use fragprobe_viewer::pipeline::{feed, Run, Source};
+use fragprobe_viewer::pipeline::space::SpaceKey;
+use fragprobe_viewer::pipeline::{feed, view, Run, Source};
 use gui_support::*;
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -43,6 +44,50 @@ fn trace_ingest_equals_a_plain_replay() {
         .expect("baseline from the first NVML sample");
     assert_eq!(b.bytes, 300 * MIB);
     assert_eq!(h.span().0, s.records[0].ts_ns);
+    run.stop();
+}
+
+#[test]
+fn a_process_first_sampled_with_allocations_gets_an_estimated_context_until_a_measured_one() {
+    let dir = temp_dir("estimated");
+    let mut s = Synth::new(4343, None);
+    s.alloc(BASE, 64 * MIB);
+    s.nvml(364 * MIB, 364 * MIB);
+    let first = s.records.last().unwrap().ts_ns;
+    s.alloc(BASE + 64 * MIB, 100 * MIB);
+    s.nvml(514 * MIB, 514 * MIB);
+    let run = loaded_run(&s, &dir, "est.fpt", 0);
+    let h = run.head();
+    let b = *h.baselines.get(&(4343, 0)).expect("an estimate");
+    assert_eq!(
+        (b.ts_ns, b.bytes, b.estimated_with),
+        (first, 300 * MIB, Some(64 * MIB))
+    );
+    // At the end: 164 MiB tracked + 300 MiB context, 50 MiB the probe never saw.
+    let f = view::figures(
+        &h.model,
+        &h,
+        SpaceKey {
+            pid: 4343,
+            device: 0,
+        },
+        false,
+        None,
+        None,
+    );
+    let c = f.crosscheck.expect("a cross-check");
+    assert_eq!(c.unexplained(), Some(50 * MIB as i64));
+    assert_eq!(c.baseline_estimated_with, Some(64 * MIB));
+    drop(h);
+    run.stop();
+
+    // Everything freed and sampled again: a measured context replaces the estimate.
+    s.free(BASE);
+    s.free(BASE + 64 * MIB);
+    s.nvml(350 * MIB, 350 * MIB);
+    let run = loaded_run(&s, &dir, "measured.fpt", 0);
+    let b = *run.head().baselines.get(&(4343, 0)).unwrap();
+    assert_eq!((b.bytes, b.estimated_with), (350 * MIB, None));
     run.stop();
 }
 

@@ -99,7 +99,7 @@ pub struct Viewer {
     /// tests and screenshots build them in the frame, deterministically).
     pub background: bool,
     open_dialog: Option<OpenDialog>,
-    live_baselines: HashMap<u32, u64>,
+    live_baselines: HashMap<u32, view::Baseline>,
     spaces_cache: Option<SpacesCache>,
     spaces_background: lod::Background<(usize, bool, u64), Vec<SpaceInfo>>,
     map_gen: Throttle,
@@ -590,7 +590,11 @@ impl Viewer {
             .or(keys.first().copied())
     }
 
-    fn live_nvml(&mut self, run: &Run, space: SpaceKey) -> (Option<NvmlFigures>, Option<u64>) {
+    fn live_nvml(
+        &mut self,
+        run: &Run,
+        space: SpaceKey,
+    ) -> (Option<NvmlFigures>, Option<view::Baseline>) {
         let Some(s) = &self.nvml else {
             return (None, None);
         };
@@ -620,9 +624,17 @@ impl Viewer {
                     .and_then(|i| h.model.space(i))
                     .map_or(0, |sp| sp.totals().live_bytes)
             };
-            if tracked == 0 {
-                if let Some(u) = f.process_used {
-                    self.live_baselines.entry(space.pid).or_insert(u);
+            if let Some(u) = f.process_used {
+                // As for recorded samples (see `Baseline`): measured with nothing tracked,
+                // else estimated from the first sample until such a one comes.
+                let b = view::Baseline {
+                    ts_ns: 0,
+                    bytes: u.saturating_sub(tracked),
+                    estimated_with: (tracked > 0).then_some(tracked),
+                };
+                let e = self.live_baselines.entry(space.pid).or_insert(b);
+                if e.estimated_with.is_some() && tracked == 0 {
+                    *e = b;
                 }
             }
         }

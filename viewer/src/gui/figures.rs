@@ -124,7 +124,13 @@ fn crosscheck_ui(ui: &mut Ui, c: Option<&CrossCheck>) {
         ui.monospace(c.process_used.map(human_bytes).unwrap_or_else(na));
         ui.end_row();
         ui.label("context baseline");
-        ui.monospace(c.baseline.map(human_bytes).unwrap_or_else(na));
+        ui.monospace(
+            c.baseline
+                .map_or_else(na, |b| match c.baseline_estimated_with {
+                    Some(_) => format!("{} (est.)", human_bytes(b)),
+                    None => human_bytes(b),
+                }),
+        );
         ui.end_row();
         ui.label("unexplained");
         let text = c.unexplained().map(human_bytes_signed).unwrap_or_else(na);

@@ -3,8 +3,11 @@
 //!
 //! `unexplained = nvml_process_used − (tracked_live + context_baseline)`, where the
 //! context baseline is the process's NVML figure when tracked bytes were 0 (its first
-//! context, before any allocation the probe saw). It is flagged past 64 MiB or past 5 % of
-//! the process's NVML figure, whichever is smaller.
+//! context, before any allocation the probe saw). A process sampled only once it had
+//! allocations (most are: NVML is sampled once a second) gets an estimate instead: its
+//! first figure less what the probe tracked then; the remainder then says what appeared
+//! since. It is flagged past 64 MiB or past 5 % of the process's NVML figure, whichever is
+//! smaller.
 
 use crate::pipeline::space::{human_bytes, human_bytes_signed};
 
@@ -20,8 +23,12 @@ pub struct CrossCheck {
     pub tracked_live: u64,
     /// NVML's figure for this process (`None`: NVML gives none here, e.g. WSL2).
     pub process_used: Option<u64>,
-    /// The process's NVML figure when it had no tracked bytes (`None`: never seen so).
+    /// The process's context: its NVML figure when it had no tracked bytes, or the estimate
+    /// (`None`: no sample yet).
     pub baseline: Option<u64>,
+    /// `Some(tracked)`: the baseline is an estimate, from a sample taken while the probe
+    /// tracked this many bytes.
+    pub baseline_estimated_with: Option<u64>,
     /// NVML's device-wide used bytes.
     pub device_used: u64,
     /// NVML's device total.
@@ -116,6 +123,15 @@ impl CrossCheck {
                 human_bytes_signed(-self.unexplained().unwrap_or(0))
             ),
         };
+        if let (Some(b), Some(t)) = (self.baseline, self.baseline_estimated_with) {
+            s.push_str(&format!(
+                " The context ({}) is estimated from the first NVML sample, taken when the \
+                 probe already tracked {}: anything the process held beyond that then counts \
+                 as context, so the remainder is what appeared since.",
+                human_bytes(b),
+                human_bytes(t)
+            ));
+        }
         if self.baseline.is_none() && self.process_used.is_some() {
             s.push_str(
                 " No context baseline yet (NVML never saw this process with nothing tracked), \
@@ -143,9 +159,27 @@ mod tests {
             tracked_live: tracked,
             process_used: used,
             baseline,
+            baseline_estimated_with: None,
             device_used: used.unwrap_or(0),
             device_total: 80 << 30,
         }
+    }
+
+    #[test]
+    fn an_estimated_context_is_said_to_be_one() {
+        // First sample: 2 GiB tracked, NVML 2.5 GiB: 512 MiB estimated context. Later
+        // 100 MiB more appears that the probe did not see.
+        let mut c = check(3072 * MIB, Some(3072 * MIB + 612 * MIB), Some(512 * MIB));
+        c.baseline_estimated_with = Some(2048 * MIB);
+        assert_eq!(c.verdict(), Verdict::UntrackedAllocations);
+        let text = c.explain();
+        assert!(text.contains("100.00 MiB more"), "{text}");
+        assert!(
+            text.contains("estimated from the first NVML sample")
+                && text.contains("2.00 GiB")
+                && !text.contains("No context baseline yet"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -54,13 +54,19 @@ impl Log {
     }
 }
 
-/// A process's NVML figure taken when the probe tracked nothing for it: the context.
+/// A process's context: its NVML figure when the probe tracked nothing for it, or, until
+/// such a sample comes, an estimate from its first sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Baseline {
     /// When (trace clock).
     pub ts_ns: u64,
-    /// NVML's used bytes for the process then.
+    /// NVML's used bytes for the process then, less what the probe tracked then.
     pub bytes: u64,
+    /// Taken while the probe already tracked memory (`tracked`): a process that allocates
+    /// before its first sample (almost every one, sampled once a second) has no sample
+    /// with nothing tracked. Whatever it held beyond the tracked bytes then counts as its
+    /// context, so the cross-check watches what appears *after* the first sample.
+    pub estimated_with: Option<u64>,
 }
 
 /// One process's NVML figures on one device: `(time, bytes or None where NVML could not
@@ -231,10 +237,25 @@ impl Notes<'_> {
                     .space_id(r.pid, r.device)
                     .and_then(|s| model.space(s))
                     .map_or(0, |s| s.totals().live_bytes);
+                let b = self.baselines.entry((r.pid, r.device));
                 if tracked == 0 {
-                    self.baselines.entry((r.pid, r.device)).or_insert(Baseline {
+                    // A measured context replaces an estimate.
+                    let measured = Baseline {
                         ts_ns: r.ts_ns,
                         bytes: r.aux2,
+                        estimated_with: None,
+                    };
+                    b.and_modify(|x| {
+                        if x.estimated_with.is_some() {
+                            *x = measured;
+                        }
+                    })
+                    .or_insert(measured);
+                } else {
+                    b.or_insert(Baseline {
+                        ts_ns: r.ts_ns,
+                        bytes: r.aux2.saturating_sub(tracked),
+                        estimated_with: Some(tracked),
                     });
                 }
             }

@@ -7,6 +7,7 @@ use fragprobe_shared::model::{
 
 use super::crosscheck::CrossCheck;
 use super::log::EventLog;
+pub use super::run::Baseline;
 use super::run::Head;
 use super::space::{
     Hole, RegionDetail, RegionKind, RegionSource, RegionView, Segment, SpaceInfo, SpaceKey,
@@ -255,7 +256,7 @@ pub fn figures(
     space: SpaceKey,
     merged: bool,
     nvml: Option<NvmlFigures>,
-    live_baseline: Option<u64>,
+    live_baseline: Option<Baseline>,
 ) -> Figures {
     let c = m.counts();
     let mut f = Figures {
@@ -295,13 +296,14 @@ pub fn figures(
         .baselines
         .get(&(space.pid, space.device))
         .filter(|b| b.ts_ns <= now)
-        .map(|b| b.bytes)
+        .copied()
         .or(live_baseline);
     f.crosscheck = nvml.map(|n| CrossCheck {
         tracked_live: t.live_bytes,
         // Merged: one process's NVML figure says nothing about the device's processes.
         process_used: n.process_used.filter(|_| !merged),
-        baseline: baseline.filter(|_| !merged),
+        baseline: baseline.filter(|_| !merged).map(|b| b.bytes),
+        baseline_estimated_with: baseline.filter(|_| !merged).and_then(|b| b.estimated_with),
         device_used: n.device_used,
         device_total: n.device_total,
     });
