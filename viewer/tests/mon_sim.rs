@@ -155,6 +155,55 @@ fn watch_shows_the_simulated_figures_and_the_probed_process() {
 }
 
 #[test]
+fn log_keeps_a_prometheus_textfile_with_the_probed_job() {
+    let state = fresh_state_path();
+    let ring_dir = out_path("prom-rings");
+    std::fs::create_dir_all(&ring_dir).unwrap();
+    let held = Held::start_with(
+        &state,
+        SPEC,
+        Some(&ring_dir),
+        &[("SLURM_JOB_ID", "fp-42"), ("RANK", "3")],
+    );
+    let dir = out_path("textfile");
+    std::fs::create_dir_all(&dir).unwrap();
+    let prom = dir.join("fragprobe.prom");
+    let o = fragprobe(&state)
+        .args(["log", "--count", "2", "-n", "0.05", "--prometheus"])
+        .arg(&prom)
+        .arg(format!("--simulated-gpu={SPEC}"))
+        .env("FRAGPROBE_RING_DIR", &ring_dir)
+        .output()
+        .unwrap();
+    let (out, err) = text(&o);
+    let (pid, used) = (held.pid, held.used);
+    held.release();
+    assert!(o.status.success(), "{err}");
+    assert!(
+        out.is_empty(),
+        "no CSV on stdout with --prometheus alone: {out}"
+    );
+    let body = std::fs::read_to_string(&prom).unwrap();
+    let value = |prefix: &str| -> f64 {
+        body.lines()
+            .find(|l| l.starts_with(prefix) && l.contains("job=\"fp-42\",rank=\"3\""))
+            .and_then(|l| l.rsplit_once(' '))
+            .map(|(_, v)| v.parse().unwrap())
+            .unwrap_or_else(|| panic!("no {prefix} for the job in\n{body}"))
+    };
+    assert_eq!(value("fragprobe_process_memory_used_bytes{"), used as f64);
+    assert_eq!(value("fragprobe_process_tracked_bytes{"), (82 * MIB) as f64);
+    assert_eq!(value("fragprobe_process_fragmentation_ratio{"), 0.0);
+    assert!(
+        body.contains("fragprobe_gpu_memory_total_bytes{gpu=\"0\",uuid=\"GPU-"),
+        "{body}"
+    );
+    assert!(!body.contains(&format!("pid=\"{pid}\"")), "{body}");
+    // Only the file itself is left in the collector's directory.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+}
+
+#[test]
 fn watch_puts_a_remapped_process_on_its_physical_gpu() {
     // CUDA_VISIBLE_DEVICES=1: the program's ordinal 0 is NVML's GPU 1.
     let spec = "2x4GiB";

@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 use crate::exit;
 use crate::nvml::alert::{Alert, AlertState, Firing};
 use crate::nvml::logfile::{self, Format, LogWriter};
+use crate::nvml::procfs::ProcFs;
+use crate::nvml::prometheus;
 use crate::nvml::units::iso8601;
 use crate::nvml::{Monitor, NvmlArgs};
 
@@ -32,6 +34,12 @@ pub struct Args {
     /// Append JSON Lines to FILE (one object per GPU per sample, with the process list)
     #[arg(long, value_name = "FILE")]
     pub jsonl: Option<PathBuf>,
+    /// Keep FILE (e.g. /var/lib/node_exporter/textfile/fragprobe.prom) the Prometheus
+    /// exposition of the latest sample, for node_exporter's textfile collector: GPU memory
+    /// and, per process, NVML's figure and the probe's (labelled by job, not pid). Alone,
+    /// no CSV goes to stdout
+    #[arg(long, value_name = "FILE")]
+    pub prometheus: Option<PathBuf>,
     /// Alert when EXPR becomes true, e.g. used>90%, used>18000MiB, temp>85, util<10%
     /// (repeatable; fires once per crossing)
     #[arg(long = "alert", value_name = "EXPR", value_parser = parse_alert)]
@@ -107,29 +115,59 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         eprintln!("fragprobe log: {e}");
         return Ok(ExitCode::from(exit::USAGE));
     }
-    let opened = match (&args.csv, &args.jsonl) {
-        (Some(p), _) => LogWriter::append(p, Format::Csv, args.fsync).map_err(|e| (p.clone(), e)),
-        (None, Some(p)) => {
-            LogWriter::append(p, Format::Jsonl, args.fsync).map_err(|e| (p.clone(), e))
-        }
-        (None, None) => LogWriter::stdout(Format::Csv).map_err(|e| ("stdout".into(), e)),
+    let opened = match (&args.csv, &args.jsonl, &args.prometheus) {
+        (Some(p), _, _) => LogWriter::append(p, Format::Csv, args.fsync)
+            .map(Some)
+            .map_err(|e| (p.clone(), e)),
+        (None, Some(p), _) => LogWriter::append(p, Format::Jsonl, args.fsync)
+            .map(Some)
+            .map_err(|e| (p.clone(), e)),
+        (None, None, None) => LogWriter::stdout(Format::Csv)
+            .map(Some)
+            .map_err(|e| ("stdout".into(), e)),
+        (None, None, Some(_)) => Ok(None),
     };
-    let mut out = match opened {
+    let mut out: Option<LogWriter> = match opened {
         Ok(w) => w,
         Err((p, e)) => {
             eprintln!("fragprobe log: cannot write {}: {e}", p.display());
             return Ok(ExitCode::from(exit::NO_INPUT));
         }
     };
+    let host = prometheus::hostname();
+    let procs = ProcFs::default();
+    let mut prom_failed = false;
     let mut state = AlertState::default();
     let mut children: Vec<Child> = Vec::new();
     let period = Duration::from_secs_f64(args.interval);
     let mut next = Instant::now();
     let mut taken = 0u64;
     loop {
-        let snap = mon.sample_devices(&args.gpus);
+        // The probe's figures and the owners only when the exposition wants them.
+        let snap = if args.prometheus.is_some() {
+            mon.sample(&args.gpus)
+        } else {
+            mon.sample_devices(&args.gpus)
+        };
+        if let Some(p) = &args.prometheus {
+            let text = prometheus::exposition(&snap, &host, &procs);
+            match prometheus::write_textfile(p, &text) {
+                Ok(()) => prom_failed = false,
+                // Said once per failure spell (a full disk, a removed directory).
+                Err(e) if !prom_failed => {
+                    prom_failed = true;
+                    let _ = writeln!(
+                        std::io::stderr(),
+                        "fragprobe log: cannot write {}: {e} (retrying every sample)",
+                        p.display()
+                    );
+                }
+                Err(_) => {}
+            }
+        }
         let fired = state.update(&args.alerts, &snap);
         for row in logfile::rows(&snap, &fired) {
+            let Some(out) = out.as_mut() else { break };
             if let Err(e) = out.write_row(&row) {
                 if e.kind() == std::io::ErrorKind::BrokenPipe {
                     return Ok(ExitCode::SUCCESS);

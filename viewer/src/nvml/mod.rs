@@ -7,7 +7,8 @@
 //! - [`source`]: opening NVML (driver, `--nvml-lib`, or the simulated GPU) and enriching a
 //!   sample with `/proc` owners ([`procfs`]) and probe state ([`rings`], [`live`]).
 //! - Users of samples: [`alert`] (threshold expressions with hysteresis), [`logfile`]
-//!   (CSV/JSONL rows written by `log`, read by `plot` and `doctor`), [`screen`] (the
+//!   (CSV/JSONL rows written by `log`, read by `plot` and `doctor`), [`prometheus`] (the
+//!   textfile-collector exposition of `log --prometheus`), [`screen`] (the
 //!   `watch` frame), [`chart`] (PNG plots), [`diagnose`] (the `doctor` verdicts) and
 //!   [`evidence`] (what `doctor` feeds them).
 
@@ -19,6 +20,7 @@ pub mod font;
 pub mod live;
 pub mod logfile;
 pub mod procfs;
+pub mod prometheus;
 pub mod query;
 pub mod real;
 pub mod rings;

@@ -57,6 +57,24 @@ impl ProcFs {
         })
     }
 
+    /// The first of `names` set in the process's environment, as `(name, value)`. Only
+    /// one's own processes' environments are readable (or all, for root); `None` otherwise.
+    pub fn env_of(&self, pid: u32, names: &[&str]) -> Option<(String, String)> {
+        let env = std::fs::read(self.root.join(pid.to_string()).join("environ")).ok()?;
+        let vars: Vec<(&[u8], &[u8])> = env
+            .split(|&b| b == 0)
+            .filter_map(|kv| {
+                let i = kv.iter().position(|&b| b == b'=')?;
+                Some((&kv[..i], &kv[i + 1..]))
+            })
+            .collect();
+        names.iter().find_map(|n| {
+            vars.iter()
+                .find(|(k, v)| *k == n.as_bytes() && !v.is_empty())
+                .map(|(_, v)| (n.to_string(), String::from_utf8_lossy(v).into_owned()))
+        })
+    }
+
     fn age_secs(&self, dir: &Path) -> Option<u64> {
         let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
         // The command name (field 2) may contain spaces and parentheses: fields after

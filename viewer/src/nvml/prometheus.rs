@@ -1,0 +1,445 @@
+//! Prometheus text exposition of a sample, for node_exporter's textfile collector (`log
+//! --prometheus FILE`): the fleet's own monitoring scrapes what `fragprobe log` sees.
+//!
+//! Conventions (see the README): gauges in base units (`_bytes`, `_ratio`, `_celsius`);
+//! every series labelled with the GPU's `uuid`, its NVML index `gpu` and the `hostname`.
+//! Process series name the job rather than the pid (a pid is a new series every run): the
+//! first of `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, `POD_NAME`, `FRAGPROBE_LABEL` in the
+//! process's environment, else its program name; `rank` from `RANK` when set. Only where
+//! two processes would get the same labels is `pid` added, so no series is ever
+//! duplicated. Probed processes add the probe's tracked bytes, fragmentation ratio and
+//! largest free block.
+//!
+//! The file is written whole to a temporary name in its directory and renamed over the
+//! old one, so a scrape never reads half a file.
+
+use std::collections::HashSet;
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+use super::procfs::ProcFs;
+use super::sample::{DeviceSample, ProcessSample, Snapshot};
+
+/// Environment variables that name a process's job, in order of preference.
+pub const JOB_VARS: &[&str] = &[
+    "SLURM_JOB_ID",
+    "TORCHELASTIC_RUN_ID",
+    "POD_NAME",
+    "FRAGPROBE_LABEL",
+];
+
+/// One metric: name, help, and its samples (labels, value).
+struct Metric {
+    name: &'static str,
+    help: &'static str,
+    samples: Vec<(String, f64)>,
+}
+
+impl Metric {
+    fn new(name: &'static str, help: &'static str) -> Metric {
+        Metric {
+            name,
+            help,
+            samples: Vec::new(),
+        }
+    }
+}
+
+/// A label value as the exposition format wants it: `\`, `"` and newlines escaped.
+fn escape(v: &str) -> String {
+    let mut o = String::with_capacity(v.len());
+    for c in v.chars() {
+        match c {
+            '\\' => o.push_str("\\\\"),
+            '"' => o.push_str("\\\""),
+            '\n' => o.push_str("\\n"),
+            c => o.push(c),
+        }
+    }
+    o
+}
+
+fn labels(pairs: &[(&str, &str)]) -> String {
+    let inner: Vec<String> = pairs
+        .iter()
+        .map(|(k, v)| format!("{k}=\"{}\"", escape(v)))
+        .collect();
+    format!("{{{}}}", inner.join(","))
+}
+
+/// The job label of a process (see the module documentation) and its rank, if any.
+fn job_of(p: &ProcessSample, procs: &ProcFs) -> (String, Option<String>) {
+    let job = procs
+        .env_of(p.pid, JOB_VARS)
+        .map(|(_, v)| v)
+        .or_else(|| {
+            let cmd = p
+                .info
+                .as_ref()?
+                .cmdline
+                .split_whitespace()
+                .next()?
+                .to_string();
+            Some(cmd.rsplit('/').next().unwrap_or(&cmd).to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let rank = procs.env_of(p.pid, &["RANK"]).map(|(_, v)| v);
+    (job, rank)
+}
+
+/// The exposition of `snap` (enriched with `/proc` and probe details, see
+/// [`super::Monitor::sample`]) for host `hostname`; `procs` reads the processes'
+/// environments for their job labels.
+pub fn exposition(snap: &Snapshot, hostname: &str, procs: &ProcFs) -> String {
+    let mut total = Metric::new(
+        "fragprobe_gpu_memory_total_bytes",
+        "Device memory installed (NVML).",
+    );
+    let mut used = Metric::new(
+        "fragprobe_gpu_memory_used_bytes",
+        "Device memory in use: total - free - reserved (NVML).",
+    );
+    let mut free = Metric::new(
+        "fragprobe_gpu_memory_free_bytes",
+        "Device memory free (NVML).",
+    );
+    let mut reserved = Metric::new(
+        "fragprobe_gpu_memory_reserved_bytes",
+        "Device memory the driver sets aside (NVML).",
+    );
+    let mut util = Metric::new(
+        "fragprobe_gpu_utilization_ratio",
+        "GPU utilisation, 0 to 1 (NVML).",
+    );
+    let mut temp = Metric::new(
+        "fragprobe_gpu_temperature_celsius",
+        "GPU temperature (NVML).",
+    );
+    let mut p_used = Metric::new(
+        "fragprobe_process_memory_used_bytes",
+        "Device memory a process holds, context included (NVML).",
+    );
+    let mut p_tracked = Metric::new(
+        "fragprobe_process_tracked_bytes",
+        "Device memory a probed process holds in allocations the probe saw.",
+    );
+    let mut p_frag = Metric::new(
+        "fragprobe_process_fragmentation_ratio",
+        "1 - largest free block / total free in a probed process's address space.",
+    );
+    let mut p_lfb = Metric::new(
+        "fragprobe_process_largest_free_block_bytes",
+        "Largest free block in a probed process's address space.",
+    );
+    let mut devices: Vec<&DeviceSample> = Vec::new();
+    for d in &snap.devices {
+        devices.push(d);
+        devices.extend(d.mig.iter());
+    }
+    for d in devices {
+        let uuid = d.uuid.as_deref().unwrap_or("");
+        let gpu = d.index.to_string();
+        let dl = labels(&[("gpu", &gpu), ("uuid", uuid), ("hostname", hostname)]);
+        if let Ok(m) = &d.memory {
+            total.samples.push((dl.clone(), m.total as f64));
+            used.samples.push((dl.clone(), m.used() as f64));
+            free.samples.push((dl.clone(), m.free as f64));
+            reserved.samples.push((dl.clone(), m.reserved as f64));
+        }
+        if let Ok(u) = d.util_gpu {
+            util.samples.push((dl.clone(), f64::from(u) / 100.0));
+        }
+        if let Ok(t) = d.temperature {
+            temp.samples.push((dl.clone(), f64::from(t)));
+        }
+        // Process labels: job (and rank); the pid only where they would collide.
+        let named: Vec<(&ProcessSample, String, Option<String>)> = d
+            .process_list()
+            .iter()
+            .map(|p| {
+                let (job, rank) = job_of(p, procs);
+                (p, job, rank)
+            })
+            .collect();
+        let mut seen = HashSet::new();
+        let mut twice = HashSet::new();
+        for (_, job, rank) in &named {
+            if !seen.insert((job.clone(), rank.clone())) {
+                twice.insert((job.clone(), rank.clone()));
+            }
+        }
+        for (p, job, rank) in &named {
+            let pid = p.pid.to_string();
+            let mut l: Vec<(&str, &str)> = vec![
+                ("gpu", &gpu),
+                ("uuid", uuid),
+                ("hostname", hostname),
+                ("job", job),
+            ];
+            if let Some(r) = rank {
+                l.push(("rank", r));
+            }
+            if twice.contains(&(job.clone(), rank.clone())) {
+                l.push(("pid", &pid));
+            }
+            let pl = labels(&l);
+            if let Some(u) = p.used {
+                p_used.samples.push((pl.clone(), u as f64));
+            }
+            if let Some(pr) = &p.probe {
+                if let Some(b) = pr.live_bytes {
+                    p_tracked.samples.push((pl.clone(), b as f64));
+                }
+                if let Some(f) = pr.frag {
+                    p_frag.samples.push((pl.clone(), f));
+                }
+                if let Some(b) = pr.largest_free {
+                    p_lfb.samples.push((pl.clone(), b as f64));
+                }
+            }
+        }
+    }
+    let mut ts = Metric::new(
+        "fragprobe_sample_timestamp_seconds",
+        "When fragprobe took this sample (Unix time): a stale file shows as an old value.",
+    );
+    ts.samples
+        .push((labels(&[("hostname", hostname)]), snap.unix_ns as f64 / 1e9));
+    let mut out = String::new();
+    for m in [
+        total, used, free, reserved, util, temp, p_used, p_tracked, p_frag, p_lfb, ts,
+    ] {
+        if m.samples.is_empty() {
+            continue;
+        }
+        let _ = writeln!(out, "# HELP {} {}", m.name, m.help);
+        let _ = writeln!(out, "# TYPE {} gauge", m.name);
+        for (l, v) in &m.samples {
+            let _ = writeln!(out, "{}{l} {v}", m.name);
+        }
+    }
+    out
+}
+
+/// Writes `text` to `path` the way the textfile collector needs: whole, to a temporary
+/// name in the same directory, then renamed over `path`.
+pub fn write_textfile(path: &Path, text: &str) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".{}.tmp", std::process::id()));
+    let tmp = path.with_file_name(tmp_name);
+    let r = (|| {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    })();
+    if r.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    r
+}
+
+/// This machine's host name (`gethostname`), or "unknown".
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: buf is writable for its whole length, which is what we pass.
+    let r = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if r != 0 {
+        return "unknown".into();
+    }
+    let n = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..n]).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nvml::sample::{Memory, Na, ProbeInfo, ProcInfo, ProcessKind};
+
+    const MIB: u64 = 1 << 20;
+
+    fn process(pid: u32, used: Option<u64>, cmd: &str, probed: bool) -> ProcessSample {
+        ProcessSample {
+            pid,
+            kind: ProcessKind::Compute,
+            used,
+            gpu_instance: None,
+            compute_instance: None,
+            info: Some(ProcInfo {
+                user: "u".into(),
+                uid: 1000,
+                ppid: 1,
+                cmdline: cmd.into(),
+                orphaned: false,
+                age_secs: None,
+            }),
+            probe: probed.then(|| ProbeInfo {
+                live_bytes: Some(64 * MIB),
+                live_count: Some(3),
+                frag: Some(0.25),
+                largest_free: Some(512 * MIB),
+                ..ProbeInfo::default()
+            }),
+        }
+    }
+
+    fn gpu(index: u32, uuid: &str, procs: Vec<ProcessSample>) -> DeviceSample {
+        DeviceSample {
+            uuid: Ok(uuid.into()),
+            memory: Ok(Memory {
+                total: 1024 * MIB,
+                free: 600 * MIB,
+                reserved: 24 * MIB,
+                used_reported: 0,
+            }),
+            util_gpu: Ok(37),
+            processes: Ok(procs),
+            ..DeviceSample::missing(index, Na::NotSupported)
+        }
+    }
+
+    /// A `/proc` with the given environments.
+    fn fake_proc(name: &str, envs: &[(u32, &str)]) -> (ProcFs, std::path::PathBuf) {
+        let root =
+            std::env::temp_dir().join(format!("fragprobe-prom-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        for (pid, env) in envs {
+            let d = root.join(pid.to_string());
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("environ"), env.replace(' ', "\0")).unwrap();
+        }
+        (ProcFs::at(&root), root)
+    }
+
+    /// `name{labels} value` lines, as (name, labels, value).
+    fn series(text: &str) -> Vec<(String, String, f64)> {
+        text.lines()
+            .filter(|l| !l.starts_with('#'))
+            .map(|l| {
+                let (head, value) = l.rsplit_once(' ').unwrap();
+                let (name, rest) = head.split_once('{').unwrap();
+                (
+                    name.to_string(),
+                    rest.trim_end_matches('}').to_string(),
+                    value.parse().unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn gpus_and_processes_by_job_in_base_units() {
+        let (procs, root) = fake_proc(
+            "jobs",
+            &[
+                (10, "PATH=/bin SLURM_JOB_ID=4711 RANK=0"),
+                (11, "SLURM_JOB_ID=4711 RANK=1"),
+                (12, "HOME=/root"),
+                (13, "HOME=/root"),
+            ],
+        );
+        let snap = Snapshot {
+            unix_ns: 1_700_000_000_000_000_000,
+            driver: Err(Na::NotSupported),
+            devices: vec![
+                gpu(
+                    0,
+                    "GPU-a",
+                    vec![
+                        process(10, Some(300 * MIB), "python train.py", true),
+                        process(11, Some(200 * MIB), "python train.py", false),
+                    ],
+                ),
+                gpu(
+                    1,
+                    "GPU-b",
+                    vec![
+                        process(12, Some(100 * MIB), "/usr/bin/jupyter lab", false),
+                        process(13, None, "/opt/jupyter x", false),
+                    ],
+                ),
+            ],
+        };
+        let text = exposition(&snap, "node\"7", &procs);
+        let _ = std::fs::remove_dir_all(root);
+        let s = series(&text);
+        let get = |name: &str, has: &str| {
+            s.iter()
+                .find(|(n, l, _)| n == name && l.contains(has))
+                .map(|(_, _, v)| *v)
+                .unwrap_or_else(|| panic!("no {name} with {has} in\n{text}"))
+        };
+        // 1024 − 600 − 24 MiB.
+        assert_eq!(
+            get("fragprobe_gpu_memory_used_bytes", "uuid=\"GPU-b\""),
+            (400 * MIB) as f64
+        );
+        assert_eq!(get("fragprobe_gpu_utilization_ratio", "gpu=\"0\""), 0.37);
+        // The job and rank name a process, not its pid.
+        assert_eq!(
+            get(
+                "fragprobe_process_memory_used_bytes",
+                "job=\"4711\",rank=\"1\""
+            ),
+            (200 * MIB) as f64
+        );
+        assert_eq!(
+            get("fragprobe_process_tracked_bytes", "rank=\"0\""),
+            (64 * MIB) as f64
+        );
+        assert_eq!(
+            get("fragprobe_process_fragmentation_ratio", "job=\"4711\""),
+            0.25
+        );
+        assert!(
+            !s.iter().any(|(_, l, _)| l.contains("pid=\"10\"")),
+            "{text}"
+        );
+        // Two jupyters on GPU 1 would be one series: the pid tells them apart; one has no
+        // NVML figure and gets no memory series at all.
+        assert_eq!(
+            get(
+                "fragprobe_process_memory_used_bytes",
+                "job=\"jupyter\",pid=\"12\""
+            ),
+            (100 * MIB) as f64
+        );
+        assert!(
+            !s.iter().any(|(_, l, _)| l.contains("pid=\"13\"")),
+            "{text}"
+        );
+        // Label values are escaped; HELP and TYPE once per metric; no series twice.
+        assert!(text.contains("hostname=\"node\\\"7\""), "{text}");
+        assert_eq!(
+            text.matches("# TYPE fragprobe_gpu_memory_total_bytes gauge")
+                .count(),
+            1
+        );
+        let mut keys: Vec<(&String, &String)> = s.iter().map(|(n, l, _)| (n, l)).collect();
+        let n = keys.len();
+        keys.sort();
+        keys.dedup();
+        assert_eq!(keys.len(), n, "{text}");
+        assert_eq!(get("fragprobe_sample_timestamp_seconds", "hostname"), 1.7e9);
+    }
+
+    #[test]
+    fn the_file_is_replaced_whole() {
+        let dir = std::env::temp_dir().join(format!("fragprobe-prom-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("fragprobe.prom");
+        write_textfile(&p, "a 1\n").unwrap();
+        write_textfile(&p, "b 2\n").unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), "b 2\n");
+        // Nothing left beside it (the collector reads every *.prom file of the directory).
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+        let err = write_textfile(&dir.join("missing/x.prom"), "c 3\n").unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
