@@ -29,20 +29,78 @@ pub const JOB_VARS: &[&str] = &[
     "FRAGPROBE_LABEL",
 ];
 
-/// One metric: name, help, and its samples (labels, value).
-struct Metric {
-    name: &'static str,
-    help: &'static str,
-    samples: Vec<(String, f64)>,
-}
+/// A metric family: its name and help.
+type Family = (&'static str, &'static str);
 
-impl Metric {
-    fn new(name: &'static str, help: &'static str) -> Metric {
-        Metric {
-            name,
-            help,
-            samples: Vec::new(),
+const GPU_TOTAL: Family = (
+    "fragprobe_gpu_memory_total_bytes",
+    "Device memory installed (NVML).",
+);
+const GPU_USED: Family = (
+    "fragprobe_gpu_memory_used_bytes",
+    "Device memory in use: total - free - reserved (NVML).",
+);
+const GPU_FREE: Family = (
+    "fragprobe_gpu_memory_free_bytes",
+    "Device memory free (NVML).",
+);
+const GPU_RESERVED: Family = (
+    "fragprobe_gpu_memory_reserved_bytes",
+    "Device memory the driver sets aside (NVML).",
+);
+const GPU_UTIL: Family = (
+    "fragprobe_gpu_utilization_ratio",
+    "GPU utilisation, 0 to 1 (NVML).",
+);
+const GPU_TEMP: Family = (
+    "fragprobe_gpu_temperature_celsius",
+    "GPU temperature (NVML).",
+);
+const PROC_USED: Family = (
+    "fragprobe_process_memory_used_bytes",
+    "Device memory a process holds, context included (NVML).",
+);
+const PROC_TRACKED: Family = (
+    "fragprobe_process_tracked_bytes",
+    "Device memory a probed process holds in allocations the probe saw.",
+);
+const PROC_FRAG: Family = (
+    "fragprobe_process_fragmentation_ratio",
+    "1 - largest free block / total free in a probed process's address space.",
+);
+const PROC_LARGEST: Family = (
+    "fragprobe_process_largest_free_block_bytes",
+    "Largest free block in a probed process's address space.",
+);
+const SAMPLE_TIME: Family = (
+    "fragprobe_sample_timestamp_seconds",
+    "When fragprobe took this sample (Unix time): a stale file shows as an old value.",
+);
+
+/// Samples grouped by family, families in the order they first appear (the format wants
+/// each family's samples together).
+#[derive(Default)]
+struct Exposition(Vec<(Family, Vec<(String, f64)>)>);
+
+impl Exposition {
+    fn add(&mut self, family: Family, labels: &str, value: f64) {
+        let sample = (labels.to_string(), value);
+        match self.0.iter_mut().find(|(f, _)| f.0 == family.0) {
+            Some((_, v)) => v.push(sample),
+            None => self.0.push((family, vec![sample])),
         }
+    }
+
+    fn text(&self) -> String {
+        let mut out = String::new();
+        for ((name, help), samples) in &self.0 {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} gauge");
+            for (l, v) in samples {
+                let _ = writeln!(out, "{name}{l} {v}");
+            }
+        }
+        out
     }
 }
 
@@ -92,46 +150,7 @@ fn job_of(p: &ProcessSample, procs: &ProcFs) -> (String, Option<String>) {
 /// [`super::Monitor::sample`]) for host `hostname`; `procs` reads the processes'
 /// environments for their job labels.
 pub fn exposition(snap: &Snapshot, hostname: &str, procs: &ProcFs) -> String {
-    let mut total = Metric::new(
-        "fragprobe_gpu_memory_total_bytes",
-        "Device memory installed (NVML).",
-    );
-    let mut used = Metric::new(
-        "fragprobe_gpu_memory_used_bytes",
-        "Device memory in use: total - free - reserved (NVML).",
-    );
-    let mut free = Metric::new(
-        "fragprobe_gpu_memory_free_bytes",
-        "Device memory free (NVML).",
-    );
-    let mut reserved = Metric::new(
-        "fragprobe_gpu_memory_reserved_bytes",
-        "Device memory the driver sets aside (NVML).",
-    );
-    let mut util = Metric::new(
-        "fragprobe_gpu_utilization_ratio",
-        "GPU utilisation, 0 to 1 (NVML).",
-    );
-    let mut temp = Metric::new(
-        "fragprobe_gpu_temperature_celsius",
-        "GPU temperature (NVML).",
-    );
-    let mut p_used = Metric::new(
-        "fragprobe_process_memory_used_bytes",
-        "Device memory a process holds, context included (NVML).",
-    );
-    let mut p_tracked = Metric::new(
-        "fragprobe_process_tracked_bytes",
-        "Device memory a probed process holds in allocations the probe saw.",
-    );
-    let mut p_frag = Metric::new(
-        "fragprobe_process_fragmentation_ratio",
-        "1 - largest free block / total free in a probed process's address space.",
-    );
-    let mut p_lfb = Metric::new(
-        "fragprobe_process_largest_free_block_bytes",
-        "Largest free block in a probed process's address space.",
-    );
+    let mut e = Exposition::default();
     let mut devices: Vec<&DeviceSample> = Vec::new();
     for d in &snap.devices {
         devices.push(d);
@@ -142,16 +161,16 @@ pub fn exposition(snap: &Snapshot, hostname: &str, procs: &ProcFs) -> String {
         let gpu = d.index.to_string();
         let dl = labels(&[("gpu", &gpu), ("uuid", uuid), ("hostname", hostname)]);
         if let Ok(m) = &d.memory {
-            total.samples.push((dl.clone(), m.total as f64));
-            used.samples.push((dl.clone(), m.used() as f64));
-            free.samples.push((dl.clone(), m.free as f64));
-            reserved.samples.push((dl.clone(), m.reserved as f64));
+            e.add(GPU_TOTAL, &dl, m.total as f64);
+            e.add(GPU_USED, &dl, m.used() as f64);
+            e.add(GPU_FREE, &dl, m.free as f64);
+            e.add(GPU_RESERVED, &dl, m.reserved as f64);
         }
         if let Ok(u) = d.util_gpu {
-            util.samples.push((dl.clone(), f64::from(u) / 100.0));
+            e.add(GPU_UTIL, &dl, f64::from(u) / 100.0);
         }
         if let Ok(t) = d.temperature {
-            temp.samples.push((dl.clone(), f64::from(t)));
+            e.add(GPU_TEMP, &dl, f64::from(t));
         }
         // Process labels: job (and rank); the pid only where they would collide.
         let named: Vec<(&ProcessSample, String, Option<String>)> = d
@@ -165,8 +184,8 @@ pub fn exposition(snap: &Snapshot, hostname: &str, procs: &ProcFs) -> String {
         let mut seen = HashSet::new();
         let mut twice = HashSet::new();
         for (_, job, rank) in &named {
-            if !seen.insert((job.clone(), rank.clone())) {
-                twice.insert((job.clone(), rank.clone()));
+            if !seen.insert((job, rank)) {
+                twice.insert((job, rank));
             }
         }
         for (p, job, rank) in &named {
@@ -180,46 +199,31 @@ pub fn exposition(snap: &Snapshot, hostname: &str, procs: &ProcFs) -> String {
             if let Some(r) = rank {
                 l.push(("rank", r));
             }
-            if twice.contains(&(job.clone(), rank.clone())) {
+            if twice.contains(&(job, rank)) {
                 l.push(("pid", &pid));
             }
             let pl = labels(&l);
             if let Some(u) = p.used {
-                p_used.samples.push((pl.clone(), u as f64));
+                e.add(PROC_USED, &pl, u as f64);
             }
-            if let Some(pr) = &p.probe {
-                if let Some(b) = pr.live_bytes {
-                    p_tracked.samples.push((pl.clone(), b as f64));
-                }
-                if let Some(f) = pr.frag {
-                    p_frag.samples.push((pl.clone(), f));
-                }
-                if let Some(b) = pr.largest_free {
-                    p_lfb.samples.push((pl.clone(), b as f64));
-                }
+            let probe = p.probe.as_ref();
+            if let Some(b) = probe.and_then(|pr| pr.live_bytes) {
+                e.add(PROC_TRACKED, &pl, b as f64);
+            }
+            if let Some(f) = probe.and_then(|pr| pr.frag) {
+                e.add(PROC_FRAG, &pl, f);
+            }
+            if let Some(b) = probe.and_then(|pr| pr.largest_free) {
+                e.add(PROC_LARGEST, &pl, b as f64);
             }
         }
     }
-    let mut ts = Metric::new(
-        "fragprobe_sample_timestamp_seconds",
-        "When fragprobe took this sample (Unix time): a stale file shows as an old value.",
+    e.add(
+        SAMPLE_TIME,
+        &labels(&[("hostname", hostname)]),
+        snap.unix_ns as f64 / 1e9,
     );
-    ts.samples
-        .push((labels(&[("hostname", hostname)]), snap.unix_ns as f64 / 1e9));
-    let mut out = String::new();
-    for m in [
-        total, used, free, reserved, util, temp, p_used, p_tracked, p_frag, p_lfb, ts,
-    ] {
-        if m.samples.is_empty() {
-            continue;
-        }
-        let _ = writeln!(out, "# HELP {} {}", m.name, m.help);
-        let _ = writeln!(out, "# TYPE {} gauge", m.name);
-        for (l, v) in &m.samples {
-            let _ = writeln!(out, "{}{l} {v}", m.name);
-        }
-    }
-    out
+    e.text()
 }
 
 /// Writes `text` to `path` the way the textfile collector needs: whole, to a temporary
