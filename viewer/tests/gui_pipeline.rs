@@ -41,54 +41,68 @@ fn trace_ingest_equals_a_plain_replay() {
     let b = h
         .baselines
         .get(&(4242, 0))
+        .and_then(|b| b.at(u64::MAX))
         .expect("baseline from the first NVML sample");
     assert_eq!(b.bytes, 300 * MIB);
     assert_eq!(h.span().0, s.records[0].ts_ns);
     run.stop();
 }
 
-#[test]
-fn a_process_first_sampled_with_allocations_gets_an_estimated_context_until_a_measured_one() {
-    let dir = temp_dir("estimated");
+/// A process sampled first with 64 MiB tracked (NVML: 364 MiB), then with 164 MiB
+/// (NVML: 514 MiB, 50 MiB the probe never saw); then, if `measured`, everything freed and
+/// sampled with nothing tracked (NVML: `measured` MiB).
+fn sampled_late(measured: Option<u64>) -> Synth {
     let mut s = Synth::new(4343, None);
     s.alloc(BASE, 64 * MIB);
     s.nvml(364 * MIB, 364 * MIB);
-    let first = s.records.last().unwrap().ts_ns;
     s.alloc(BASE + 64 * MIB, 100 * MIB);
     s.nvml(514 * MIB, 514 * MIB);
+    if let Some(m) = measured {
+        s.free(BASE);
+        s.free(BASE + 64 * MIB);
+        s.nvml(m * MIB, m * MIB);
+    }
+    s
+}
+
+#[test]
+fn a_process_first_sampled_with_allocations_gets_an_estimated_context() {
+    let dir = temp_dir("estimated");
+    let s = sampled_late(None);
+    let first = s.records[3].ts_ns;
     let run = loaded_run(&s, &dir, "est.fpt", 0);
     let h = run.head();
-    let b = *h.baselines.get(&(4343, 0)).expect("an estimate");
+    let b = h.baselines[&(4343, 0)].at(u64::MAX).expect("an estimate");
     assert_eq!(
         (b.ts_ns, b.bytes, b.estimated_with),
         (first, 300 * MIB, Some(64 * MIB))
     );
     // At the end: 164 MiB tracked + 300 MiB context, 50 MiB the probe never saw.
-    let f = view::figures(
-        &h.model,
-        &h,
-        SpaceKey {
-            pid: 4343,
-            device: 0,
-        },
-        false,
-        None,
-        None,
-    );
+    let space = SpaceKey {
+        pid: 4343,
+        device: 0,
+    };
+    let f = view::figures(&h.model, &h, space, false, None, None);
     let c = f.crosscheck.expect("a cross-check");
     assert_eq!(c.unexplained(), Some(50 * MIB as i64));
     assert_eq!(c.baseline_estimated_with, Some(64 * MIB));
     drop(h);
     run.stop();
 
-    // Everything freed and sampled again: a measured context replaces the estimate.
-    s.free(BASE);
-    s.free(BASE + 64 * MIB);
-    s.nvml(350 * MIB, 350 * MIB);
-    let run = loaded_run(&s, &dir, "measured.fpt", 0);
-    let b = *run.head().baselines.get(&(4343, 0)).unwrap();
-    assert_eq!((b.bytes, b.estimated_with), (350 * MIB, None));
-    run.stop();
+    // A sample with nothing tracked measures the context. The smaller of the two is in
+    // effect (a larger one would hide what appeared in between), and only from when it
+    // was taken.
+    for (measured, in_effect, estimated) in [(280, 280, None), (350, 300, Some(64 * MIB))] {
+        let t = sampled_late(Some(measured));
+        let run = loaded_run(&t, &dir, &format!("measured-{measured}.fpt"), 0);
+        let bs = run.head().baselines[&(4343, 0)];
+        let b = bs.at(u64::MAX).unwrap();
+        assert_eq!((b.bytes, b.estimated_with), (in_effect * MIB, estimated));
+        let before = t.records.last().unwrap().ts_ns - 1;
+        assert_eq!(bs.at(before).map(|b| b.bytes), Some(300 * MIB), "rewound");
+        assert_eq!(bs.at(first - 1), None, "before any sample");
+        run.stop();
+    }
 }
 
 #[test]
@@ -242,7 +256,10 @@ fn a_trace_with_checkpoints_opens_from_the_last_one_then_fills_the_history() {
         "the timelines cover the whole run"
     );
     assert_eq!(h.first_exit, Some(s.exit_index()));
-    assert_eq!(h.baselines.get(&(12, 0)).map(|b| b.bytes), Some(300 * MIB));
+    assert_eq!(
+        h.baselines[&(12, 0)].at(u64::MAX).map(|b| b.bytes),
+        Some(300 * MIB)
+    );
     assert_eq!(
         h.alloc_conf().as_deref(),
         Some("roundup_power2_divisions:4")

@@ -186,7 +186,7 @@ fn log_keeps_a_prometheus_textfile_with_the_probed_job() {
     let body = std::fs::read_to_string(&prom).unwrap();
     let value = |prefix: &str| -> f64 {
         body.lines()
-            .find(|l| l.starts_with(prefix) && l.contains("job=\"fp-42\",rank=\"3\""))
+            .find(|l| l.starts_with(prefix) && l.contains("job_id=\"fp-42\",rank=\"3\""))
             .and_then(|l| l.rsplit_once(' '))
             .map(|(_, v)| v.parse().unwrap())
             .unwrap_or_else(|| panic!("no {prefix} for the job in\n{body}"))
@@ -201,6 +201,19 @@ fn log_keeps_a_prometheus_textfile_with_the_probed_job() {
     assert!(!body.contains(&format!("pid=\"{pid}\"")), "{body}");
     // Only the file itself is left in the collector's directory.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
+    // A path that cannot be written is an error at once, not a warning forever.
+    let o = fragprobe(&state)
+        .args(["log", "--prometheus"])
+        .arg(dir.join("missing/fragprobe.prom"))
+        .arg(format!("--simulated-gpu={SPEC}"))
+        .output()
+        .unwrap();
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(3), "{err}");
+    assert!(
+        err.contains("cannot write") && err.contains("missing"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -54,7 +54,8 @@ pub struct Args {
     /// Stop after N samples (default: run until killed)
     #[arg(long, value_name = "N")]
     pub count: Option<u64>,
-    /// fsync the file after every row (survives a power loss, costs a disk flush per row)
+    /// fsync the file after every row, and the --prometheus file before each rename
+    /// (survives a power loss, costs a disk flush per sample)
     #[arg(long)]
     pub fsync: bool,
     #[command(flatten)]
@@ -151,8 +152,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         };
         if let Some(p) = &args.prometheus {
             let text = prometheus::exposition(&snap, &host, &procs);
-            match prometheus::write_textfile(p, &text) {
+            match prometheus::write_textfile(p, &text, args.fsync) {
                 Ok(()) => prom_failed = false,
+                // The first write tells a wrong path from a passing problem.
+                Err(e) if taken == 0 => {
+                    eprintln!("fragprobe log: cannot write {}: {e}", p.display());
+                    return Ok(ExitCode::from(exit::NO_INPUT));
+                }
                 // Said once per failure spell (a full disk, a removed directory).
                 Err(e) if !prom_failed => {
                     prom_failed = true;

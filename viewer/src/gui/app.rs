@@ -99,7 +99,7 @@ pub struct Viewer {
     /// tests and screenshots build them in the frame, deterministically).
     pub background: bool,
     open_dialog: Option<OpenDialog>,
-    live_baselines: HashMap<u32, view::Baseline>,
+    live_baselines: HashMap<(u32, i16), view::Baselines>,
     spaces_cache: Option<SpacesCache>,
     spaces_background: lod::Background<(usize, bool, u64), Vec<SpaceInfo>>,
     map_gen: Throttle,
@@ -625,20 +625,19 @@ impl Viewer {
                     .map_or(0, |sp| sp.totals().live_bytes)
             };
             if let Some(u) = f.process_used {
-                // As for recorded samples (see `Baseline`): measured with nothing tracked,
-                // else estimated from the first sample until such a one comes.
-                let b = view::Baseline {
-                    ts_ns: 0,
-                    bytes: u.saturating_sub(tracked),
-                    estimated_with: (tracked > 0).then_some(tracked),
-                };
-                let e = self.live_baselines.entry(space.pid).or_insert(b);
-                if e.estimated_with.is_some() && tracked == 0 {
-                    *e = b;
-                }
+                // As for recorded samples (see `Baselines`): measured with nothing
+                // tracked, else estimated from the first sample.
+                self.live_baselines
+                    .entry((space.pid, space.device))
+                    .or_default()
+                    .note(0, u, tracked);
             }
         }
-        (found, self.live_baselines.get(&space.pid).copied())
+        let base = self
+            .live_baselines
+            .get(&(space.pid, space.device))
+            .and_then(|b| b.at(u64::MAX));
+        (found, base)
     }
 
     fn figures_panel(&mut self, ui: &mut Ui) {

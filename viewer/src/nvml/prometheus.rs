@@ -2,13 +2,14 @@
 //! --prometheus FILE`): the fleet's own monitoring scrapes what `fragprobe log` sees.
 //!
 //! Conventions (see the README): gauges in base units (`_bytes`, `_ratio`, `_celsius`);
-//! every series labelled with the GPU's `uuid`, its NVML index `gpu` and the `hostname`.
-//! Process series name the job rather than the pid (a pid is a new series every run): the
-//! first of `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, `POD_NAME`, `FRAGPROBE_LABEL` in the
-//! process's environment, else its program name; `rank` from `RANK` when set. Only where
-//! two processes would get the same labels is `pid` added, so no series is ever
-//! duplicated. Probed processes add the probe's tracked bytes, fragmentation ratio and
-//! largest free block.
+//! every series labelled with the GPU's `uuid`, its NVML index `gpu` (a MIG instance: its
+//! parent's, and its own as `mig`) and the `hostname`. Process series name the job rather
+//! than the pid (a pid is a new series every run) in `job_id` (Prometheus keeps `job` for
+//! the scrape target): the first of `SLURM_JOB_ID`, `TORCHELASTIC_RUN_ID`, `POD_NAME`,
+//! `FRAGPROBE_LABEL` in the process's environment, else its program name; `rank` from
+//! `RANK`, `SLURM_PROCID`, `OMPI_COMM_WORLD_RANK` or `PMI_RANK`. Only where two processes
+//! would get the same labels is `pid` added, so no series is ever duplicated. Probed
+//! processes add the probe's tracked bytes, fragmentation ratio and largest free block.
 //!
 //! The file is written whole to a temporary name in its directory and renamed over the
 //! old one, so a scrape never reads half a file.
@@ -20,6 +21,10 @@ use std::path::Path;
 
 use super::procfs::ProcFs;
 use super::sample::{DeviceSample, ProcessSample, Snapshot};
+
+/// Environment variables that give a process's global rank, in order of preference
+/// (torchrun, Slurm's srun, Open MPI, MPICH/PMI).
+pub const RANK_VARS: &[&str] = &["RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK"];
 
 /// Environment variables that name a process's job, in order of preference.
 pub const JOB_VARS: &[&str] = &[
@@ -142,7 +147,7 @@ fn job_of(p: &ProcessSample, procs: &ProcFs) -> (String, Option<String>) {
             Some(cmd.rsplit('/').next().unwrap_or(&cmd).to_string())
         })
         .unwrap_or_else(|| "unknown".into());
-    let rank = procs.env_of(p.pid, &["RANK"]).map(|(_, v)| v);
+    let rank = procs.env_of(p.pid, RANK_VARS).map(|(_, v)| v);
     (job, rank)
 }
 
@@ -151,71 +156,28 @@ fn job_of(p: &ProcessSample, procs: &ProcFs) -> (String, Option<String>) {
 /// environments for their job labels.
 pub fn exposition(snap: &Snapshot, hostname: &str, procs: &ProcFs) -> String {
     let mut e = Exposition::default();
-    let mut devices: Vec<&DeviceSample> = Vec::new();
     for d in &snap.devices {
-        devices.push(d);
-        devices.extend(d.mig.iter());
-    }
-    for d in devices {
-        let uuid = d.uuid.as_deref().unwrap_or("");
         let gpu = d.index.to_string();
-        let dl = labels(&[("gpu", &gpu), ("uuid", uuid), ("hostname", hostname)]);
-        if let Ok(m) = &d.memory {
-            e.add(GPU_TOTAL, &dl, m.total as f64);
-            e.add(GPU_USED, &dl, m.used() as f64);
-            e.add(GPU_FREE, &dl, m.free as f64);
-            e.add(GPU_RESERVED, &dl, m.reserved as f64);
-        }
-        if let Ok(u) = d.util_gpu {
-            e.add(GPU_UTIL, &dl, f64::from(u) / 100.0);
-        }
-        if let Ok(t) = d.temperature {
-            e.add(GPU_TEMP, &dl, f64::from(t));
-        }
-        // Process labels: job (and rank); the pid only where they would collide.
-        let named: Vec<(&ProcessSample, String, Option<String>)> = d
-            .process_list()
-            .iter()
-            .map(|p| {
-                let (job, rank) = job_of(p, procs);
-                (p, job, rank)
-            })
-            .collect();
-        let mut seen = HashSet::new();
-        let mut twice = HashSet::new();
-        for (_, job, rank) in &named {
-            if !seen.insert((job, rank)) {
-                twice.insert((job, rank));
-            }
-        }
-        for (p, job, rank) in &named {
-            let pid = p.pid.to_string();
-            let mut l: Vec<(&str, &str)> = vec![
-                ("gpu", &gpu),
-                ("uuid", uuid),
-                ("hostname", hostname),
-                ("job", job),
-            ];
-            if let Some(r) = rank {
-                l.push(("rank", r));
-            }
-            if twice.contains(&(job, rank)) {
-                l.push(("pid", &pid));
-            }
-            let pl = labels(&l);
-            if let Some(u) = p.used {
-                e.add(PROC_USED, &pl, u as f64);
-            }
-            let probe = p.probe.as_ref();
-            if let Some(b) = probe.and_then(|pr| pr.live_bytes) {
-                e.add(PROC_TRACKED, &pl, b as f64);
-            }
-            if let Some(f) = probe.and_then(|pr| pr.frag) {
-                e.add(PROC_FRAG, &pl, f);
-            }
-            if let Some(b) = probe.and_then(|pr| pr.largest_free) {
-                e.add(PROC_LARGEST, &pl, b as f64);
-            }
+        // A MIG-enabled GPU lists the processes of all its instances: they are counted
+        // once, on their instance, labelled with the parent's `gpu` and its own `mig`.
+        device(
+            &mut e,
+            d,
+            &[("gpu", &gpu)],
+            d.mig.is_empty(),
+            hostname,
+            procs,
+        );
+        for m in &d.mig {
+            let mig = m.index.to_string();
+            device(
+                &mut e,
+                m,
+                &[("gpu", &gpu), ("mig", &mig)],
+                true,
+                hostname,
+                procs,
+            );
         }
     }
     e.add(
@@ -226,9 +188,89 @@ pub fn exposition(snap: &Snapshot, hostname: &str, procs: &ProcFs) -> String {
     e.text()
 }
 
+/// The series of one GPU or MIG instance (`at`: its `gpu`/`mig` labels), and of its
+/// processes when `with_processes`.
+fn device(
+    e: &mut Exposition,
+    d: &DeviceSample,
+    at: &[(&str, &str)],
+    with_processes: bool,
+    hostname: &str,
+    procs: &ProcFs,
+) {
+    let uuid = d.uuid.as_deref().unwrap_or("");
+    let mut base: Vec<(&str, &str)> = at.to_vec();
+    base.extend([("uuid", uuid), ("hostname", hostname)]);
+    let dl = labels(&base);
+    if let Ok(m) = &d.memory {
+        e.add(GPU_TOTAL, &dl, m.total as f64);
+        e.add(GPU_USED, &dl, m.used() as f64);
+        e.add(GPU_FREE, &dl, m.free as f64);
+        e.add(GPU_RESERVED, &dl, m.reserved as f64);
+    }
+    if let Ok(u) = d.util_gpu {
+        e.add(GPU_UTIL, &dl, f64::from(u) / 100.0);
+    }
+    if let Ok(t) = d.temperature {
+        e.add(GPU_TEMP, &dl, f64::from(t));
+    }
+    if !with_processes {
+        return;
+    }
+    // Only processes with a figure make series. Labels: the job (and rank); the MIG
+    // instances where NVML gives them; the pid only where two would otherwise collide.
+    let shown: Vec<(&ProcessSample, Vec<(&str, String)>)> = d
+        .process_list()
+        .iter()
+        .filter(|p| p.used.is_some() || p.probe.as_ref().is_some_and(|pr| pr.live_bytes.is_some()))
+        .map(|p| {
+            let (job, rank) = job_of(p, procs);
+            let mut l = vec![("job_id", job)];
+            l.extend(rank.map(|r| ("rank", r)));
+            l.extend(p.gpu_instance.map(|g| ("gpu_instance", g.to_string())));
+            l.extend(
+                p.compute_instance
+                    .map(|c| ("compute_instance", c.to_string())),
+            );
+            (p, l)
+        })
+        .collect();
+    let mut seen = HashSet::new();
+    let mut twice = HashSet::new();
+    for (_, l) in &shown {
+        if !seen.insert(l) {
+            twice.insert(l);
+        }
+    }
+    for (p, l) in &shown {
+        let pid = p.pid.to_string();
+        let mut all = base.clone();
+        all.extend(l.iter().map(|(k, v)| (*k, v.as_str())));
+        if twice.contains(l) {
+            all.push(("pid", &pid));
+        }
+        let pl = labels(&all);
+        if let Some(u) = p.used {
+            e.add(PROC_USED, &pl, u as f64);
+        }
+        let probe = p.probe.as_ref();
+        if let Some(b) = probe.and_then(|pr| pr.live_bytes) {
+            e.add(PROC_TRACKED, &pl, b as f64);
+        }
+        if let Some(f) = probe.and_then(|pr| pr.frag) {
+            e.add(PROC_FRAG, &pl, f);
+        }
+        if let Some(b) = probe.and_then(|pr| pr.largest_free) {
+            e.add(PROC_LARGEST, &pl, b as f64);
+        }
+    }
+}
+
 /// Writes `text` to `path` the way the textfile collector needs: whole, to a temporary
-/// name in the same directory, then renamed over `path`.
-pub fn write_textfile(path: &Path, text: &str) -> std::io::Result<()> {
+/// name in the same directory (not ending in `.prom`, so the collector never reads it),
+/// then renamed over `path`, which readers see whole either way; `fsync` also makes it
+/// survive a power loss.
+pub fn write_textfile(path: &Path, text: &str, fsync: bool) -> std::io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "no file name"))?;
@@ -239,7 +281,9 @@ pub fn write_textfile(path: &Path, text: &str) -> std::io::Result<()> {
     let r = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(text.as_bytes())?;
-        f.sync_all()?;
+        if fsync {
+            f.sync_all()?;
+        }
         std::fs::rename(&tmp, path)
     })();
     if r.is_err() {
@@ -345,6 +389,8 @@ mod tests {
                 (11, "SLURM_JOB_ID=4711 RANK=1"),
                 (12, "HOME=/root"),
                 (13, "HOME=/root"),
+                (14, "HOME=/root"),
+                (20, "SLURM_JOB_ID=77 SLURM_PROCID=5"),
             ],
         );
         let snap = Snapshot {
@@ -364,9 +410,21 @@ mod tests {
                     "GPU-b",
                     vec![
                         process(12, Some(100 * MIB), "/usr/bin/jupyter lab", false),
-                        process(13, None, "/opt/jupyter x", false),
+                        process(13, Some(50 * MIB), "/opt/jupyter x", false),
+                        process(14, None, "/opt/jupyter y", false),
                     ],
                 ),
+                {
+                    // MIG: the parent lists its instances' processes too.
+                    let mut parent =
+                        gpu(2, "GPU-c", vec![process(20, Some(10 * MIB), "srun", false)]);
+                    parent.mig = vec![gpu(
+                        0,
+                        "MIG-c0",
+                        vec![process(20, Some(10 * MIB), "srun", false)],
+                    )];
+                    parent
+                },
             ],
         };
         let text = exposition(&snap, "node\"7", &procs);
@@ -388,7 +446,7 @@ mod tests {
         assert_eq!(
             get(
                 "fragprobe_process_memory_used_bytes",
-                "job=\"4711\",rank=\"1\""
+                "job_id=\"4711\",rank=\"1\""
             ),
             (200 * MIB) as f64
         );
@@ -397,24 +455,48 @@ mod tests {
             (64 * MIB) as f64
         );
         assert_eq!(
-            get("fragprobe_process_fragmentation_ratio", "job=\"4711\""),
+            get("fragprobe_process_fragmentation_ratio", "job_id=\"4711\""),
             0.25
         );
         assert!(
             !s.iter().any(|(_, l, _)| l.contains("pid=\"10\"")),
             "{text}"
         );
-        // Two jupyters on GPU 1 would be one series: the pid tells them apart; one has no
-        // NVML figure and gets no memory series at all.
+        // Two jupyters on GPU 1 would be one series: the pid tells them apart; a third has
+        // no figure, gets no series, and does not make the other two need their pids.
         assert_eq!(
             get(
                 "fragprobe_process_memory_used_bytes",
-                "job=\"jupyter\",pid=\"12\""
+                "job_id=\"jupyter\",pid=\"12\""
             ),
             (100 * MIB) as f64
         );
+        assert_eq!(
+            get(
+                "fragprobe_process_memory_used_bytes",
+                "job_id=\"jupyter\",pid=\"13\""
+            ),
+            (50 * MIB) as f64
+        );
         assert!(
-            !s.iter().any(|(_, l, _)| l.contains("pid=\"13\"")),
+            !s.iter().any(|(_, l, _)| l.contains("pid=\"14\"")),
+            "{text}"
+        );
+        // The MIG instance: its parent's gpu and its own mig; its process counted once,
+        // with Slurm's rank.
+        assert_eq!(
+            get("fragprobe_gpu_memory_total_bytes", "gpu=\"2\",mig=\"0\""),
+            (1024 * MIB) as f64
+        );
+        let on_gpu2: Vec<_> = s
+            .iter()
+            .filter(|(n, l, _)| {
+                n == "fragprobe_process_memory_used_bytes" && l.contains("gpu=\"2\"")
+            })
+            .collect();
+        assert_eq!(on_gpu2.len(), 1, "{text}");
+        assert!(
+            on_gpu2[0].1.contains("mig=\"0\"") && on_gpu2[0].1.contains("job_id=\"77\",rank=\"5\""),
             "{text}"
         );
         // Label values are escaped; HELP and TYPE once per metric; no series twice.
@@ -437,12 +519,12 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("fragprobe-prom-file-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("fragprobe.prom");
-        write_textfile(&p, "a 1\n").unwrap();
-        write_textfile(&p, "b 2\n").unwrap();
+        write_textfile(&p, "a 1\n", false).unwrap();
+        write_textfile(&p, "b 2\n", true).unwrap();
         assert_eq!(std::fs::read_to_string(&p).unwrap(), "b 2\n");
         // Nothing left beside it (the collector reads every *.prom file of the directory).
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 1);
-        let err = write_textfile(&dir.join("missing/x.prom"), "c 3\n").unwrap_err();
+        let err = write_textfile(&dir.join("missing/x.prom"), "c 3\n", false).unwrap_err();
         assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
         let _ = std::fs::remove_dir_all(&dir);
     }

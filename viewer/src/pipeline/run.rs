@@ -69,6 +69,47 @@ pub struct Baseline {
     pub estimated_with: Option<u64>,
 }
 
+/// A process's context baselines on one device: the estimate from its first sample and
+/// the first measured one (a sample with nothing tracked), whichever exist.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Baselines {
+    /// From the first sample, when the probe already tracked memory then.
+    pub estimated: Option<Baseline>,
+    /// From the first sample taken with nothing tracked.
+    pub measured: Option<Baseline>,
+}
+
+impl Baselines {
+    /// The baseline in effect at `now_ns`: of those taken by then, the smaller. Both are
+    /// the context plus whatever the probe missed at their time, so the smaller misses
+    /// less; a later, larger one would hide memory that appeared in between.
+    pub fn at(&self, now_ns: u64) -> Option<Baseline> {
+        [self.estimated, self.measured]
+            .into_iter()
+            .flatten()
+            .filter(|b| b.ts_ns <= now_ns)
+            .min_by_key(|b| b.bytes)
+    }
+
+    /// Notes a sample of the process's own figure `own` taken while the probe tracked
+    /// `tracked` bytes of it on this device.
+    pub fn note(&mut self, ts_ns: u64, own: u64, tracked: u64) {
+        if tracked == 0 {
+            self.measured.get_or_insert(Baseline {
+                ts_ns,
+                bytes: own,
+                estimated_with: None,
+            });
+        } else if self.estimated.is_none() && self.measured.is_none() {
+            self.estimated = Some(Baseline {
+                ts_ns,
+                bytes: own.saturating_sub(tracked),
+                estimated_with: Some(tracked),
+            });
+        }
+    }
+}
+
 /// One process's NVML figures on one device: `(time, bytes or None where NVML could not
 /// say)`, in time order.
 pub type ProcessNvml = Vec<(u64, Option<u64>)>;
@@ -85,7 +126,7 @@ pub struct Head {
     /// Timestamp of the last record.
     pub t_last: u64,
     /// Context baselines per (pid, device ordinal).
-    pub baselines: HashMap<(u32, i16), Baseline>,
+    pub baselines: HashMap<(u32, i16), Baselines>,
     /// Each process's own NVML figure per (pid, device ordinal), as sampled: `(time, bytes
     /// or None where NVML could not say)`, in time order. The model keeps the last sample
     /// per device, whichever process it was for; the cross-check needs each process's.
@@ -207,7 +248,7 @@ struct Notes<'a> {
     t_first: &'a mut u64,
     t_last: &'a mut u64,
     first_exit: &'a mut Option<usize>,
-    baselines: &'a mut HashMap<(u32, i16), Baseline>,
+    baselines: &'a mut HashMap<(u32, i16), Baselines>,
     nvml_process: &'a mut HashMap<(u32, i16), ProcessNvml>,
     applied: &'a mut usize,
 }
@@ -237,27 +278,10 @@ impl Notes<'_> {
                     .space_id(r.pid, r.device)
                     .and_then(|s| model.space(s))
                     .map_or(0, |s| s.totals().live_bytes);
-                let b = self.baselines.entry((r.pid, r.device));
-                if tracked == 0 {
-                    // A measured context replaces an estimate.
-                    let measured = Baseline {
-                        ts_ns: r.ts_ns,
-                        bytes: r.aux2,
-                        estimated_with: None,
-                    };
-                    b.and_modify(|x| {
-                        if x.estimated_with.is_some() {
-                            *x = measured;
-                        }
-                    })
-                    .or_insert(measured);
-                } else {
-                    b.or_insert(Baseline {
-                        ts_ns: r.ts_ns,
-                        bytes: r.aux2.saturating_sub(tracked),
-                        estimated_with: Some(tracked),
-                    });
-                }
+                self.baselines
+                    .entry((r.pid, r.device))
+                    .or_default()
+                    .note(r.ts_ns, r.aux2, tracked);
             }
             _ => {}
         }

@@ -7,8 +7,8 @@ use fragprobe_shared::model::{
 
 use super::crosscheck::CrossCheck;
 use super::log::EventLog;
-pub use super::run::Baseline;
 use super::run::Head;
+pub use super::run::{Baseline, Baselines};
 use super::space::{
     Hole, RegionDetail, RegionKind, RegionSource, RegionView, Segment, SpaceInfo, SpaceKey,
 };
@@ -295,8 +295,7 @@ pub fn figures(
     let baseline = head
         .baselines
         .get(&(space.pid, space.device))
-        .filter(|b| b.ts_ns <= now)
-        .copied()
+        .and_then(|b| b.at(now))
         .or(live_baseline);
     f.crosscheck = nvml.map(|n| CrossCheck {
         tracked_live: t.live_bytes,

@@ -141,7 +141,7 @@ pub fn resolve(args: &NvmlArgs) -> Result<NvmlArgs, String> {
 /// ((CUDA ordinal, uuid) pairs, from its ring): one per described GPU that NVML knows.
 /// `seq` is the process's ring position (like the recorder's other records of its own);
 /// `not_before` keeps the process's records in time order in the trace (a sample taken
-/// just before records drained after it is stamped with the last record's time).
+/// before records that an earlier poll already passed on is stamped with their time).
 pub fn sample_records(
     pid: u32,
     seq: u64,

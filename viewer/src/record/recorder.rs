@@ -51,6 +51,8 @@ struct Attached {
     devices_read_at: usize,
     /// The latest timestamp among the records written for it.
     last_ts: u64,
+    /// The latest timestamp among its records that earlier polls already passed on.
+    flushed_ts: u64,
 }
 
 /// Counters of one [`Recorder::poll`].
@@ -174,6 +176,7 @@ impl Recorder {
             // Read at the first sample, whatever was drained before (a late attach).
             devices_read_at: usize::MAX,
             last_ts: 0,
+            flushed_ts: 0,
         };
         if self.opts.attach_late || a.seen_dropped > 0 || a.seen_skipped > 0 {
             let mut out = Vec::new();
@@ -267,21 +270,31 @@ impl Recorder {
         Ok(())
     }
 
-    /// Emits the NVML sample records of `a`'s process (after its drained records, so they
-    /// carry the GPUs it has described by now).
-    fn emit_nvml(&mut self, a: &mut Attached, samples: &[Timed]) -> anyhow::Result<()> {
+    /// Adds the NVML sample records of `a`'s process to this poll's batch of its records
+    /// (drained first, so the GPUs it has described by now are known), each where its
+    /// time puts it: after the records made before NVML's reading, before those made
+    /// after, so the model applies it to what was tracked when it was taken.
+    fn emit_nvml(&mut self, a: &mut Attached, samples: &[Timed]) {
         if a.metas.len() != a.devices_read_at {
             a.devices = described_devices(a.file.meta_area());
             a.devices_read_at = a.metas.len();
         }
         if a.devices.is_empty() {
-            return Ok(());
+            return;
         }
         for s in samples {
-            let recs = sample_records(a.pid, a.file.head(), &a.devices, s, a.last_ts);
-            self.emit_vec(a, recs)?;
+            let recs = sample_records(a.pid, a.file.head(), &a.devices, s, a.flushed_ts);
+            let at = self
+                .batch
+                .iter()
+                .position(|r| r.ts_ns > s.mono_ns)
+                .unwrap_or(self.batch.len());
+            for (k, r) in recs.into_iter().enumerate() {
+                a.last_ts = a.last_ts.max(r.ts_ns);
+                self.batch.insert(at + k, r);
+                self.total += 1;
+            }
         }
-        Ok(())
     }
 
     /// The metadata entry a record points at, from its process's ring.
@@ -308,9 +321,10 @@ impl Recorder {
             a.file.heartbeat(now);
             self.drain_one(a, now)?;
             if !samples.is_empty() {
-                self.emit_nvml(a, &samples)?;
+                self.emit_nvml(a, &samples);
             }
             self.flush_batch(sink)?;
+            a.flushed_ts = a.last_ts;
             if !a.finished && ended(a, &rings_meta) {
                 // The process is gone: one last drain, then close its story.
                 self.drain_one(a, now)?;
