@@ -519,3 +519,94 @@ fn process_alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::nvml::{DeviceSample, Memory, Na, ProcessSample, Snapshot};
+    use fragprobe_shared::format::{MetaKind, MetaWriter};
+    use fragprobe_shared::ring::RingConfig;
+
+    #[test]
+    fn a_sample_sits_among_the_records_at_the_time_nvml_was_read() {
+        let dir = std::env::temp_dir().join(format!("fragprobe-rec-nvml-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        // A ring of this (live) process that described GPU-a as its device 0.
+        let pid = std::process::id();
+        let cfg = RingConfig {
+            capacity: 64,
+            meta_bytes: 4096,
+            live_capacity: 64,
+        };
+        let rf = RingFile::create(dir.join(format!("{pid}.ring")), &cfg, pid).unwrap();
+        let mut buf = [0u8; 128];
+        let mut m = MetaWriter::new(&mut buf, MetaKind::DeviceInfo);
+        m.field(b"ordinal", b"0").field(b"uuid", b"GPU-a");
+        let (len, _) = m.finish();
+        let meta = rf.write_meta(&buf[..len]).unwrap();
+        let rec = |seq: u64, ts_ns: u64, kind: EventKind, meta: u64| Record {
+            seq,
+            ts_ns,
+            pid,
+            kind: kind as u16,
+            api: Api::CuMemAllocV2 as u16,
+            size: 1 << 20,
+            addr: 0x1000 * (seq + 1),
+            meta,
+            ..Record::default()
+        };
+        assert!(rf.ring().push(rec(0, 100, EventKind::Device, meta)));
+        assert!(rf.ring().push(rec(1, 200, EventKind::Alloc, 0)));
+        assert!(rf.ring().push(rec(2, 400, EventKind::Alloc, 0)));
+
+        let mut r = Recorder::new(&dir, None, RecorderOptions::default());
+        assert_eq!(r.discover(), 1);
+        let mut rings = std::mem::take(&mut r.rings);
+        let a = &mut rings[0];
+        r.drain_one(a, monotonic_ns()).unwrap();
+        // NVML read at 300: after the first allocation, before the second.
+        let gpu = DeviceSample {
+            uuid: Ok("GPU-a".into()),
+            memory: Ok(Memory {
+                total: 8 << 30,
+                free: 7 << 30,
+                reserved: 0,
+                used_reported: 0,
+            }),
+            processes: Ok(vec![ProcessSample {
+                pid,
+                kind: crate::nvml::sample::ProcessKind::Compute,
+                used: Some(301 << 20),
+                gpu_instance: None,
+                compute_instance: None,
+                info: None,
+                probe: None,
+            }]),
+            ..DeviceSample::missing(0, Na::NotSupported)
+        };
+        let sample = Timed {
+            mono_ns: 300,
+            snapshot: Snapshot {
+                unix_ns: 0,
+                driver: Err(Na::NotSupported),
+                devices: vec![gpu],
+            },
+        };
+        r.emit_nvml(a, &[sample]);
+        let order: Vec<(u64, Option<EventKind>)> =
+            r.batch.iter().map(|x| (x.ts_ns, x.kind())).collect();
+        drop(rf);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(
+            order,
+            vec![
+                (100, Some(EventKind::Device)),
+                (200, Some(EventKind::Alloc)),
+                (300, Some(EventKind::NvmlSample)),
+                (400, Some(EventKind::Alloc)),
+            ]
+        );
+        assert_eq!(r.total, 4);
+    }
+}
