@@ -226,18 +226,35 @@ impl Snapshot {
     /// GPUs over the whole machine in PCI order, CUDA ordinals follow
     /// `CUDA_VISIBLE_DEVICES`), else by index — right only when nothing is remapped.
     pub fn device_for(&self, uuid: Option<&str>, ordinal: i16) -> Option<&DeviceSample> {
-        if let Some(u) = uuid {
-            let found = self
-                .devices
-                .iter()
-                .find(|d| d.uuid.as_ref().is_ok_and(|v| v == u));
-            if found.is_some() {
-                return found;
-            }
+        if let Some(found) = uuid.and_then(|u| self.by_uuid(u)) {
+            return Some(found);
         }
         self.devices
             .iter()
             .find(|d| i16::try_from(d.index).is_ok_and(|i| i == ordinal))
+    }
+
+    /// The device or MIG instance with this uuid. CUDA names a device `GPU-<hex>` (and the
+    /// probe so records it) where NVML may say `MIG-<hex>` for the same MIG instance: the
+    /// hex part decides.
+    pub fn by_uuid(&self, uuid: &str) -> Option<&DeviceSample> {
+        let hex = |u: &str| -> String {
+            let u = u.trim();
+            let u = u
+                .strip_prefix("GPU-")
+                .or_else(|| u.strip_prefix("MIG-"))
+                .unwrap_or(u);
+            u.to_ascii_lowercase()
+        };
+        let want = hex(uuid);
+        let matches = |d: &DeviceSample| d.uuid.as_ref().is_ok_and(|u| hex(u) == want);
+        self.devices.iter().find_map(|d| {
+            if matches(d) {
+                Some(d)
+            } else {
+                d.mig.iter().find(|m| matches(m))
+            }
+        })
     }
 }
 

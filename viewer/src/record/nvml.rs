@@ -12,7 +12,7 @@
 use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender, TrySendError};
 use std::time::Duration;
 
-use crate::nvml::{DeviceSample, Monitor, NvmlArgs, Snapshot};
+use crate::nvml::{Monitor, NvmlArgs, Snapshot};
 use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_shared::ring::monotonic_ns;
 
@@ -114,13 +114,11 @@ impl NvmlFeed {
 impl Drop for NvmlFeed {
     fn drop(&mut self) {
         drop(self.stop.take());
-        let _ = match self.join {
-            None => self
-                .ended
-                .recv()
-                .map_err(|_| RecvTimeoutError::Disconnected),
-            Some(d) => self.ended.recv_timeout(d),
-        };
+        // Both end when the thread drops its sender; nothing is ever sent.
+        match self.join {
+            None => drop(self.ended.recv()),
+            Some(d) => drop(self.ended.recv_timeout(d)),
+        }
     }
 }
 
@@ -153,7 +151,7 @@ pub fn sample_records(
     for (ordinal, uuid) in devices {
         // By uuid only: an index is NVML's numbering, not CUDA's, and a GPU that cannot be
         // told apart gets no sample rather than another GPU's.
-        let Some(dev) = by_uuid(&sample.snapshot, uuid) else {
+        let Some(dev) = sample.snapshot.by_uuid(uuid) else {
             continue;
         };
         let Ok(mem) = &dev.memory else { continue };
@@ -181,29 +179,6 @@ pub fn sample_records(
     out
 }
 
-/// The NVML device or MIG instance with this uuid. CUDA names a device `GPU-<hex>` (and
-/// the probe so records it) where NVML may say `MIG-<hex>` for the same MIG instance: the
-/// hex part decides.
-fn by_uuid<'s>(snap: &'s Snapshot, uuid: &str) -> Option<&'s DeviceSample> {
-    let hex = |u: &str| -> String {
-        let u = u.trim();
-        let u = u
-            .strip_prefix("GPU-")
-            .or_else(|| u.strip_prefix("MIG-"))
-            .unwrap_or(u);
-        u.to_ascii_lowercase()
-    };
-    let want = hex(uuid);
-    let matches = |d: &DeviceSample| d.uuid.as_ref().is_ok_and(|u| hex(u) == want);
-    snap.devices.iter().find_map(|d| {
-        if matches(d) {
-            Some(d)
-        } else {
-            d.mig.iter().find(|m| matches(m))
-        }
-    })
-}
-
 /// Parses `--nvml-interval`: seconds (fractions allowed), `0` for no sampling.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
     let secs: f64 = s
@@ -229,7 +204,7 @@ mod tests {
     use super::*;
 
     use crate::nvml::sample::ProcessKind;
-    use crate::nvml::{Memory, Na, ProcessSample};
+    use crate::nvml::{DeviceSample, Memory, Na, ProcessSample};
 
     fn gpu(
         index: u32,
