@@ -28,11 +28,9 @@ pub struct Args {
     /// Stop after this many seconds (default: when the process exits or on Ctrl-C).
     #[arg(long, value_name = "SECS")]
     pub duration: Option<f64>,
-    /// Write NVML samples into the trace every SECS seconds (device used and total, the
-    /// process's own figure); 0: none
-    #[arg(long, value_name = "SECS", default_value = "1",
-          value_parser = crate::record::nvml::parse_interval)]
-    pub nvml_interval: std::time::Duration,
+    /// `--nvml-interval`.
+    #[command(flatten)]
+    pub nvml_interval: crate::record::nvml::IntervalArg,
     /// Where NVML comes from.
     #[command(flatten)]
     pub nvml: crate::nvml::NvmlArgs,
@@ -109,13 +107,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             ..Default::default()
         },
     )?;
-    if !args.nvml_interval.is_zero() {
+    if !args.nvml_interval.every.is_zero() {
         // Resolved here, before any thread starts (the simulated GPU's spec goes into the
         // environment); no NVML just means no samples.
         match crate::record::nvml::resolve(&args.nvml) {
             Ok(lib) => {
                 if let Some(feed) =
-                    crate::record::nvml::NvmlFeed::start(lib, args.nvml_interval, false)
+                    crate::record::nvml::NvmlFeed::start(lib, args.nvml_interval.every, false)
                 {
                     rec.sample_nvml(feed);
                 }

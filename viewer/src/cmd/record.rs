@@ -18,11 +18,9 @@ pub struct Args {
     /// Print no summary at the end.
     #[arg(long, short)]
     pub quiet: bool,
-    /// Write NVML samples into the trace every SECS seconds (device used and total, each
-    /// probed process's own figure), for the replay's NVML cross-check and `doctor`; 0: none
-    #[arg(long, value_name = "SECS", default_value = "1",
-          value_parser = crate::record::nvml::parse_interval)]
-    pub nvml_interval: std::time::Duration,
+    /// `--nvml-interval`.
+    #[command(flatten)]
+    pub nvml_interval: crate::record::nvml::IntervalArg,
     /// `--torch-snapshot`, as for `run`.
     #[command(flatten)]
     pub torch: super::run::TorchArgs,
@@ -43,7 +41,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         torch_snapshot: args.torch.max_entries(),
         no_probe: false,
         env: Vec::new(),
-        nvml_interval: Some(args.nvml_interval),
+        nvml_interval: Some(args.nvml_interval.every),
     };
     super::run::run_session(&opts, args.quiet, false, false)
 }

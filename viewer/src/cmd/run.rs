@@ -38,11 +38,9 @@ pub struct Args {
     /// Print the end-of-run report as JSON on stdout.
     #[arg(long)]
     pub json: bool,
-    /// Write NVML samples into the trace every SECS seconds (device used and total, each
-    /// probed process's own figure), for the replay's NVML cross-check and `doctor`; 0: none
-    #[arg(long, value_name = "SECS", default_value = "1",
-          value_parser = crate::record::nvml::parse_interval)]
-    pub nvml_interval: std::time::Duration,
+    /// `--nvml-interval`.
+    #[command(flatten)]
+    pub nvml_interval: crate::record::nvml::IntervalArg,
     #[command(flatten)]
     pub torch: TorchArgs,
     /// The command to run, after `--`.
@@ -98,7 +96,7 @@ impl Args {
             no_probe: self.no_probe,
             env: Vec::new(),
             torch_snapshot: self.torch.max_entries(),
-            nvml_interval: Some(self.nvml_interval),
+            nvml_interval: Some(self.nvml_interval.every),
         }
     }
 }

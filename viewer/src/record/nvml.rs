@@ -179,6 +179,16 @@ pub fn sample_records(
     out
 }
 
+/// `--nvml-interval`, shared by `run`, `record` and `attach`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct IntervalArg {
+    /// Write NVML samples into the trace every SECS seconds (device used and total, each
+    /// probed process's own figure), for the replay's NVML cross-check and `doctor`; 0: none
+    #[arg(long = "nvml-interval", value_name = "SECS", default_value = "1",
+          value_parser = parse_interval)]
+    pub every: Duration,
+}
+
 /// Parses `--nvml-interval`: seconds (fractions allowed), `0` for no sampling.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
     let secs: f64 = s
