@@ -262,26 +262,26 @@ impl Notes<'_> {
             }
             *self.t_last = (*self.t_last).max(r.ts_ns);
         }
-        if r.kind() == Some(EventKind::NvmlSample) {
-            let own = (r.aux2 != u64::MAX).then_some(r.aux2);
-            let v = self.nvml_process.entry((r.pid, r.device)).or_default();
-            // Time order, whatever order the records came in.
-            let at = v.partition_point(|(t, _)| *t <= r.ts_ns);
-            v.insert(at, (r.ts_ns, own));
-        }
         match r.kind() {
             Some(EventKind::ProcessExit) if self.first_exit.is_none() => {
                 *self.first_exit = Some(*self.applied);
             }
-            Some(EventKind::NvmlSample) if r.aux2 != u64::MAX => {
-                let tracked = model
-                    .space_id(r.pid, r.device)
-                    .and_then(|s| model.space(s))
-                    .map_or(0, |s| s.totals().live_bytes);
-                self.baselines
-                    .entry((r.pid, r.device))
-                    .or_default()
-                    .note(r.ts_ns, r.aux2, tracked);
+            Some(EventKind::NvmlSample) => {
+                let own = (r.aux2 != u64::MAX).then_some(r.aux2);
+                let v = self.nvml_process.entry((r.pid, r.device)).or_default();
+                // Time order, whatever order the records came in.
+                let at = v.partition_point(|(t, _)| *t <= r.ts_ns);
+                v.insert(at, (r.ts_ns, own));
+                if let Some(own) = own {
+                    let tracked = model
+                        .space_id(r.pid, r.device)
+                        .and_then(|s| model.space(s))
+                        .map_or(0, |s| s.totals().live_bytes);
+                    self.baselines
+                        .entry((r.pid, r.device))
+                        .or_default()
+                        .note(r.ts_ns, own, tracked);
+                }
             }
             _ => {}
         }

@@ -49,8 +49,6 @@ struct Attached {
     /// read again whenever it has written more metadata.
     devices: Vec<(i16, String)>,
     devices_read_at: usize,
-    /// The latest timestamp among the records written for it.
-    last_ts: u64,
     /// The latest timestamp among its records that earlier polls already passed on.
     flushed_ts: u64,
 }
@@ -175,7 +173,6 @@ impl Recorder {
             devices: Vec::new(),
             // Read at the first sample, whatever was drained before (a late attach).
             devices_read_at: usize::MAX,
-            last_ts: 0,
             flushed_ts: 0,
         };
         if self.opts.attach_late || a.seen_dropped > 0 || a.seen_skipped > 0 {
@@ -250,7 +247,6 @@ impl Recorder {
         if r.kind == EventKind::ProcessExit as u16 {
             a.saw_exit = true;
         }
-        a.last_ts = a.last_ts.max(r.ts_ns);
         self.batch.push(r);
         self.total += 1;
         Ok(())
@@ -290,7 +286,6 @@ impl Recorder {
                 .position(|r| r.ts_ns > s.mono_ns)
                 .unwrap_or(self.batch.len());
             for (k, r) in recs.into_iter().enumerate() {
-                a.last_ts = a.last_ts.max(r.ts_ns);
                 self.batch.insert(at + k, r);
                 self.total += 1;
             }
@@ -323,8 +318,14 @@ impl Recorder {
             if !samples.is_empty() {
                 self.emit_nvml(a, &samples);
             }
+            // The batch holds this ring's records of this poll (and the resync records
+            // of rings adopted in it: not this process's).
+            a.flushed_ts = self
+                .batch
+                .iter()
+                .filter(|r| r.pid == a.pid)
+                .fold(a.flushed_ts, |t, r| t.max(r.ts_ns));
             self.flush_batch(sink)?;
-            a.flushed_ts = a.last_ts;
             if !a.finished && ended(a, &rings_meta) {
                 // The process is gone: one last drain, then close its story.
                 self.drain_one(a, now)?;
