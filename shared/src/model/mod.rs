@@ -617,6 +617,12 @@ impl Model {
         self.space_index.get(&(pid, ordinal)).map(|s| SpaceId(*s))
     }
 
+    /// The device process `pid`'s CUDA ordinal `ordinal` is, if the model knows it (by its
+    /// space, else by the uuid the process described, else by the ordinal).
+    pub fn device_id_of(&self, pid: u32, ordinal: i16) -> Option<DeviceId> {
+        self.find_device(pid, ordinal).map(DeviceId)
+    }
+
     /// Every device, in order of first appearance (index = [`DeviceId`]).
     pub fn devices(&self) -> &[Device] {
         &self.devices

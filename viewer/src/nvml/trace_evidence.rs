@@ -66,22 +66,10 @@ pub fn replay(path: &Path) -> Result<Replayed, (u8, String)> {
         }
         let Some(kind) = r.kind() else { continue };
         if kind == EventKind::NvmlSample {
-            // The device of the process's ordinal (one sample gives one record per GPU
-            // of the process, all with the same seq). A process NVML no longer lists
-            // holds nothing of its own there.
-            let dev = device_of(&model, &r).map(|d| d.id()).or_else(|| {
-                // No space there yet (nothing allocated): the device the sample went to.
-                model
-                    .devices()
-                    .iter()
-                    .find(|d| {
-                        d.samples().nvml_at.is_some_and(|w| {
-                            w.seq == r.seq && w.pid == r.pid && d.ordinal() == r.device
-                        })
-                    })
-                    .map(|d| d.id())
-            });
-            if let Some(d) = dev {
+            // The device of the process's ordinal, as the model placed the sample (one
+            // sample gives one record per GPU of the process, all with the same seq). A
+            // process NVML no longer lists holds nothing of its own there.
+            if let Some(d) = model.device_id_of(r.pid, r.device) {
                 if r.aux2 == u64::MAX {
                     proc_used.remove(&(d, r.pid));
                 } else {
