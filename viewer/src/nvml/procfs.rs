@@ -8,6 +8,29 @@ use std::path::{Path, PathBuf};
 
 use super::sample::ProcInfo;
 
+/// A process's environment as `/proc/<pid>/environ` holds it (NUL-separated `K=V`).
+#[derive(Clone, Debug, Default)]
+pub struct Environ(Vec<u8>);
+
+impl Environ {
+    /// The value of the first of `names` that is set and not empty.
+    pub fn first(&self, names: &[&str]) -> Option<String> {
+        let vars: Vec<(&[u8], &[u8])> = self
+            .0
+            .split(|&b| b == 0)
+            .filter_map(|kv| {
+                let i = kv.iter().position(|&b| b == b'=')?;
+                Some((&kv[..i], &kv[i + 1..]))
+            })
+            .collect();
+        names.iter().find_map(|n| {
+            vars.iter()
+                .find(|(k, v)| *k == n.as_bytes() && !v.is_empty())
+                .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+        })
+    }
+}
+
 /// Reads `/proc` (or another mount of it, for tests).
 #[derive(Clone, Debug)]
 pub struct ProcFs {
@@ -57,22 +80,10 @@ impl ProcFs {
         })
     }
 
-    /// The first of `names` set in the process's environment, as `(name, value)`. Only
-    /// one's own processes' environments are readable (or all, for root); `None` otherwise.
-    pub fn env_of(&self, pid: u32, names: &[&str]) -> Option<(String, String)> {
-        let env = std::fs::read(self.root.join(pid.to_string()).join("environ")).ok()?;
-        let vars: Vec<(&[u8], &[u8])> = env
-            .split(|&b| b == 0)
-            .filter_map(|kv| {
-                let i = kv.iter().position(|&b| b == b'=')?;
-                Some((&kv[..i], &kv[i + 1..]))
-            })
-            .collect();
-        names.iter().find_map(|n| {
-            vars.iter()
-                .find(|(k, v)| *k == n.as_bytes() && !v.is_empty())
-                .map(|(_, v)| (n.to_string(), String::from_utf8_lossy(v).into_owned()))
-        })
+    /// The process's environment (`/proc/<pid>/environ`, read once). Only one's own
+    /// processes' environments are readable (or all, for root); empty otherwise.
+    pub fn environ(&self, pid: u32) -> Environ {
+        Environ(std::fs::read(self.root.join(pid.to_string()).join("environ")).unwrap_or_default())
     }
 
     fn age_secs(&self, dir: &Path) -> Option<u64> {

@@ -133,9 +133,9 @@ fn labels(pairs: &[(&str, &str)]) -> String {
 
 /// The job label of a process (see the module documentation) and its rank, if any.
 fn job_of(p: &ProcessSample, procs: &ProcFs) -> (String, Option<String>) {
-    let job = procs
-        .env_of(p.pid, JOB_VARS)
-        .map(|(_, v)| v)
+    let env = procs.environ(p.pid);
+    let job = env
+        .first(JOB_VARS)
         .or_else(|| {
             let cmd = p
                 .info
@@ -147,7 +147,7 @@ fn job_of(p: &ProcessSample, procs: &ProcFs) -> (String, Option<String>) {
             Some(cmd.rsplit('/').next().unwrap_or(&cmd).to_string())
         })
         .unwrap_or_else(|| "unknown".into());
-    let rank = procs.env_of(p.pid, RANK_VARS).map(|(_, v)| v);
+    let rank = env.first(RANK_VARS);
     (job, rank)
 }
 
