@@ -3,7 +3,7 @@
 //! crossing, `doctor` finds leftover processes, a rising baseline and the causes of the
 //! out-of-memory errors in a recorded trace.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
@@ -66,6 +66,16 @@ impl Held {
         drop(self.child.stdin.take());
         assert!(self.child.wait().expect("wait").success());
     }
+}
+
+/// A probed `leak --hold` with `env`, its ring in a fresh directory `rings` (returned).
+fn probed(state: &Path, spec: &str, rings: &str, env: &[(&str, &str)]) -> (Held, PathBuf) {
+    let ring_dir = out_path(rings);
+    std::fs::create_dir_all(&ring_dir).unwrap();
+    (
+        Held::start_with(state, spec, Some(&ring_dir), env),
+        ring_dir,
+    )
 }
 
 fn fragprobe(state: &Path) -> Command {
@@ -157,12 +167,10 @@ fn watch_shows_the_simulated_figures_and_the_probed_process() {
 #[test]
 fn log_keeps_a_prometheus_textfile_with_the_probed_job() {
     let state = fresh_state_path();
-    let ring_dir = out_path("prom-rings");
-    std::fs::create_dir_all(&ring_dir).unwrap();
-    let held = Held::start_with(
+    let (held, ring_dir) = probed(
         &state,
         SPEC,
-        Some(&ring_dir),
+        "prom-rings",
         &[("SLURM_JOB_ID", "fp-42"), ("RANK", "3")],
     );
     let dir = out_path("textfile");
@@ -221,12 +229,10 @@ fn watch_puts_a_remapped_process_on_its_physical_gpu() {
     // CUDA_VISIBLE_DEVICES=1: the program's ordinal 0 is NVML's GPU 1.
     let spec = "2x4GiB";
     let state = fresh_state_path();
-    let ring_dir = out_path("rings-remap");
-    std::fs::create_dir_all(&ring_dir).unwrap();
-    let held = Held::start_with(
+    let (held, ring_dir) = probed(
         &state,
         spec,
-        Some(&ring_dir),
+        "rings-remap",
         &[("CUDA_VISIBLE_DEVICES", "1")],
     );
     let o = fragprobe(&state)

@@ -189,18 +189,15 @@ pub struct IntervalArg {
     pub every: Duration,
 }
 
-/// Parses `--nvml-interval`: seconds (fractions allowed), `0` for no sampling.
+/// Parses `--nvml-interval`: seconds (fractions allowed) as `watch -n` takes them, or `0`
+/// for no sampling.
 pub fn parse_interval(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{s}' is not a number of seconds (like 1, 0.25, or 0 for none)"))?;
-    if !secs.is_finite() || !(0.0..=86_400.0).contains(&secs) {
-        return Err(format!(
-            "'{s}': give 0 (no NVML samples) or 0.01 to 86400 seconds"
-        ));
+    if s.trim().parse::<f64>() == Ok(0.0) {
+        return Ok(Duration::ZERO);
     }
-    if secs > 0.0 && secs < MIN_INTERVAL.as_secs_f64() {
+    let secs = crate::cmd::watch::parse_interval(s)
+        .map_err(|e| format!("{e}; give 0 for no NVML samples"))?;
+    if secs < MIN_INTERVAL.as_secs_f64() {
         return Err(format!(
             "'{s}': the shortest NVML interval is {} s",
             MIN_INTERVAL.as_secs_f64()
