@@ -339,3 +339,122 @@ fn a_lists_own_memoize_rebinding_a_slot_it_reads_is_seen() {
     assert_eq!(p.str(second[0]), Some("x"));
     assert_eq!(p.container_id(second[1]), p.container_id(outer[1]));
 }
+
+/// Runs `f` on a thread with a small stack: input that makes the reader recurse per item
+/// overflows it for sure, instead of depending on the main thread's 8 MiB.
+fn on_small_stack<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    std::thread::Builder::new()
+        .stack_size(256 << 10)
+        .spawn(f)
+        .unwrap()
+        .join()
+        .expect("the reader must not overflow its stack")
+}
+
+#[test]
+fn gets_of_a_sparse_memo_key_do_not_grow_the_stack() {
+    // [1] * 100_000, the 1 stored at a memo key far past the dense memo, then fetched
+    // 100,000 times with LONG_BINGET (the sparse path of the get-run fast path).
+    let mut b = vec![0x80, 2, b']', b'K', 1, b'r'];
+    b.extend_from_slice(&0x0010_0000u32.to_le_bytes());
+    b.extend_from_slice(b"0(");
+    for _ in 0..100_000 {
+        b.push(b'j');
+        b.extend_from_slice(&0x0010_0000u32.to_le_bytes());
+    }
+    b.extend_from_slice(b"e.");
+    let n = on_small_stack(move || {
+        let p = read_pickle_bytes(&b).unwrap();
+        let items = p.seq(p.root()).unwrap();
+        assert!(items.iter().all(|&h| p.int(h) == Some(1)));
+        items.len()
+    });
+    assert_eq!(n, 100_000);
+}
+
+#[test]
+fn a_trace_that_repeats_one_entry_a_million_times_reads_on_a_small_stack() {
+    // {'segments': [], 'device_traces': [[E, E, …]]}, E = one memoized trace entry.
+    let mut b = vec![0x80, 2, b'}', b'('];
+    let s = |b: &mut Vec<u8>, t: &str| {
+        b.push(b'X');
+        b.extend_from_slice(&(t.len() as u32).to_le_bytes());
+        b.extend_from_slice(t.as_bytes());
+    };
+    s(&mut b, "segments");
+    b.push(b']');
+    s(&mut b, "device_traces");
+    b.extend_from_slice(b"]]("); // outer list, device 0's list, MARK
+    b.extend_from_slice(b"}(");
+    for (k, v) in [("action", "alloc"), ("stream", ""), ("frames", "")] {
+        s(&mut b, k);
+        if k == "frames" {
+            b.push(b']');
+        } else if k == "stream" {
+            b.extend_from_slice(b"K\x00");
+        } else {
+            s(&mut b, v);
+        }
+    }
+    for (k, v) in [("addr", 1u32 << 20), ("size", 512)] {
+        s(&mut b, k);
+        b.push(b'J');
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b.push(b'u');
+    b.push(b'r');
+    b.extend_from_slice(&7u32.to_le_bytes());
+    for _ in 1..1_000_000 {
+        b.push(b'j');
+        b.extend_from_slice(&7u32.to_le_bytes());
+    }
+    b.extend_from_slice(b"ea"); // APPENDS to device 0's list, APPEND it to the outer one
+    b.extend_from_slice(b"u."); // SETITEMS
+    let n = on_small_stack(move || {
+        let p = read_pickle_bytes(&b).unwrap();
+        let snap = fragprobe_shared::torch::snapshot::decode(&p);
+        let traces = p.seq(p.get(p.root(), "device_traces").unwrap()).unwrap();
+        let n = p.seq(traces[0]).unwrap().len();
+        (n, snap.map(|s| s.event_count()).unwrap_or(0))
+    });
+    assert_eq!(n.0, 1_000_000);
+    assert_eq!(n.1, 1_000_000);
+}
+
+#[test]
+fn protocol_0_reads_integers_past_128_bits_as_protocol_2_does() {
+    // pickle.dumps(2**200, protocol=0) and protocol=2; and -(2**130) both ways.
+    let p0 = format!("L{}L\n.", 1u128 << 100); // fits: 2**100
+    let p = read_pickle_bytes(p0.as_bytes()).unwrap();
+    assert_eq!(p.int(p.root()), Some(1i128 << 100));
+    let big = "1606938044258990275541962092341162602522202993782792835301376"; // 2**200
+    let p0 = read_pickle_bytes(format!("L{big}L\n.").as_bytes()).unwrap();
+    let mut b2 = vec![0x80, 2, 0x8a, 26];
+    let mut le = vec![0u8; 26];
+    le[25] = 1; // 2**200 = 1 << (25 * 8)
+    b2.extend_from_slice(&le);
+    b2.push(b'.');
+    let p2 = read_pickle_bytes(&b2).unwrap();
+    match (p0.view(p0.root()), p2.view(p2.root())) {
+        (Val::BigInt(a), Val::BigInt(b)) => assert_eq!(a, b),
+        other => panic!("{other:?}"),
+    }
+    let neg = "-1361129467683753853853498429727072845824"; // -(2**130)
+    let p = read_pickle_bytes(format!("I{neg}\n.").as_bytes()).unwrap();
+    match p.view(p.root()) {
+        Val::BigInt(b) => {
+            assert!(b.is_negative());
+            let mut want = [0u8; 17];
+            want[16] = 0xfc; // -(2**130) = 0xfc << 128, two's complement
+            assert_eq!(&*b.le_bytes, &want[..]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Python's limit on digits, with both numbers in the message.
+    let long = "9".repeat(5000);
+    let e = read_pickle_bytes(format!("L{long}L\n.").as_bytes())
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("5000 digits") && e.contains("4300"), "{e}");
+}

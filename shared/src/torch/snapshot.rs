@@ -581,12 +581,17 @@ impl<'p> Decoder<'p> {
             .p
             .get(h, key)
             .ok_or_else(|| shape(format!("{} has no '{key}'", at())))?;
-        self.p.int(v).ok_or_else(|| {
-            shape(format!(
+        self.p.int(v).ok_or_else(|| match self.p.view(v) {
+            Val::BigInt(b) => shape(format!(
+                "{}.{key} is an int of {} bytes, too wide for 128 bits",
+                at(),
+                b.le_bytes.len()
+            )),
+            other => shape(format!(
                 "{}.{key} is a {}, not an int",
                 at(),
-                self.p.view(v).type_name()
-            ))
+                other.type_name()
+            )),
         })
     }
 

@@ -19,47 +19,47 @@ impl<S: Source> Vm<S> {
         }
     }
 
+    /// The run itself. A key the dense memo lacks is fetched through [`Vm::memo_get`]
+    /// and the run goes on in the same loop: however many such keys a pickle repeats,
+    /// the stack of this function never grows.
     #[inline(never)]
     fn memo_get_run_long(&mut self) -> Result<(), PickleError> {
-        let buf = &self.input.bytes()[..self.input.hi];
-        let memo = &self.memo[..];
-        let stack = &mut self.stack;
-        let mut lo = self.input.lo;
-        // Handles gather in a local batch, so the loop does not store and reload the
-        // stack's length for every item.
-        let mut batch = [UNSET; 32];
-        let mut k = 0;
-        let slow = loop {
-            let (idx, n) = match &buf[lo..] {
-                [b'j', a, b, c, d, ..] => (u32::from_le_bytes([*a, *b, *c, *d]) as usize, 5),
-                [b'h', a, ..] => (*a as usize, 2),
-                _ => break None,
+        loop {
+            let buf = &self.input.bytes()[..self.input.hi];
+            let memo = &self.memo[..];
+            let stack = &mut self.stack;
+            let mut lo = self.input.lo;
+            // Handles gather in a local batch, so the loop does not store and reload the
+            // stack's length for every item.
+            let mut batch = [UNSET; 32];
+            let mut k = 0;
+            let slow = loop {
+                let (idx, n) = match &buf[lo..] {
+                    [b'j', a, b, c, d, ..] => (u32::from_le_bytes([*a, *b, *c, *d]) as usize, 5),
+                    [b'h', a, ..] => (*a as usize, 2),
+                    _ => break None,
+                };
+                match memo.get(idx) {
+                    Some(&h) if h != UNSET => batch[k] = h,
+                    _ => break Some((idx as u64, n)),
+                }
+                k += 1;
+                lo += n;
+                if k == batch.len() {
+                    stack.extend_from_slice(&batch);
+                    k = 0;
+                }
             };
-            match memo.get(idx) {
-                Some(&h) if h != UNSET => batch[k] = h,
-                _ => break Some((idx as u64, n)),
-            }
-            k += 1;
-            lo += n;
-            if k == batch.len() {
-                stack.extend_from_slice(&batch);
-                k = 0;
-            }
-        };
-        // A fixed-size copy is a few vector moves; a `k`-sized one is a call to memcpy,
-        // which dominates the short runs (a key and its value, a six-frame list).
-        let keep = stack.len() + k;
-        stack.extend_from_slice(&batch);
-        stack.truncate(keep);
-        self.input.lo = lo;
-        match slow {
-            None => Ok(()),
-            Some((idx, n)) => {
-                self.op_at = self.input.pos();
-                self.input.lo += n;
-                self.memo_get(idx)?;
-                self.memo_get_run()
-            }
+            // A fixed-size copy is a few vector moves; a `k`-sized one is a call to memcpy,
+            // which dominates the short runs (a key and its value, a six-frame list).
+            let keep = stack.len() + k;
+            stack.extend_from_slice(&batch);
+            stack.truncate(keep);
+            self.input.lo = lo;
+            let Some((idx, n)) = slow else { return Ok(()) };
+            self.op_at = self.input.pos();
+            self.input.lo += n;
+            self.memo_get(idx)?;
         }
     }
 

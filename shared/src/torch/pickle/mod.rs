@@ -534,6 +534,65 @@ impl fmt::Display for PickleError {
 
 impl std::error::Error for PickleError {}
 
+/// Most decimal digits a protocol 0/1 integer may have: CPython's own default limit for
+/// converting text to int (`sys.int_info.default_max_str_digits`), which also keeps the
+/// quadratic conversion below cheap.
+const MAX_DECIMAL_DIGITS: usize = 4300;
+
+/// A decimal integer (`INT`/`LONG` text, optional sign) as little-endian two's-complement
+/// bytes, whatever its width, so protocols 0 and 1 read the same integers `LONG1`/`LONG4`
+/// carry in protocol 2 and later.
+fn decimal_le_bytes(t: &str) -> Result<Vec<u8>, String> {
+    let (neg, digits) = match t.as_bytes() {
+        [b'-', rest @ ..] => (true, rest),
+        [b'+', rest @ ..] => (false, rest),
+        d => (false, d),
+    };
+    if digits.is_empty() || !digits.iter().all(u8::is_ascii_digit) {
+        return Err("not a number".into());
+    }
+    if digits.len() > MAX_DECIMAL_DIGITS {
+        return Err(format!(
+            "{} digits exceed the limit of {MAX_DECIMAL_DIGITS} (as in Python)",
+            digits.len()
+        ));
+    }
+    // Magnitude, little-endian base 256.
+    let mut mag: Vec<u8> = vec![0];
+    for &d in digits {
+        let mut carry = u32::from(d - b'0');
+        for byte in mag.iter_mut() {
+            let v = u32::from(*byte) * 10 + carry;
+            *byte = v as u8;
+            carry = v >> 8;
+        }
+        if carry > 0 {
+            mag.push(carry as u8);
+        }
+    }
+    // Room for the sign bit.
+    mag.push(0);
+    if neg {
+        let mut carry = 1u16;
+        for byte in mag.iter_mut() {
+            let v = u16::from(!*byte) + carry;
+            *byte = v as u8;
+            carry = v >> 8;
+        }
+    }
+    Ok(mag)
+}
+
+/// At most 40 characters of `t`, for messages.
+fn clip(t: &str) -> String {
+    if t.len() <= 40 {
+        format!("{t:?}")
+    } else {
+        let head: String = t.chars().take(40).collect();
+        format!("{head:?}… ({} characters)", t.len())
+    }
+}
+
 /// Limits that keep a hostile pickle from exhausting memory.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
@@ -933,7 +992,11 @@ impl<S: Source> Vm<S> {
             return self.int(i128::from_le_bytes(a));
         }
         let i = self.index(self.out.bigs.len())?;
-        self.out.bigs.push(BigInt { le_bytes: b.into() });
+        // Stored without redundant sign bytes, so equal ints compare equal whichever
+        // opcode (LONG1, LONG4, or protocol 0's decimal text) carried them.
+        self.out.bigs.push(BigInt {
+            le_bytes: b[..n].into(),
+        });
         Ok(Handle::new(T_BIG, i))
     }
 
@@ -1246,10 +1309,9 @@ impl<S: Source> Vm<S> {
                         "01" => Handle::new(T_TRUE, 0),
                         "00" => Handle::new(T_FALSE, 0),
                         t => {
-                            let v: i128 = t.parse().map_err(|_| {
-                                self.malformed(format!("INT {t:?} is not a number"))
-                            })?;
-                            self.int(v)?
+                            let b = decimal_le_bytes(t)
+                                .map_err(|why| self.malformed(format!("INT {}: {why}", clip(t))))?;
+                            self.long_bytes(&b)?
                         }
                     };
                     self.push(h);
@@ -1258,10 +1320,9 @@ impl<S: Source> Vm<S> {
                     self.read_line("LONG")?;
                     let text = String::from_utf8_lossy(&self.scratch).trim().to_string();
                     let t = text.strip_suffix('L').unwrap_or(&text);
-                    let v: i128 = t.parse().map_err(|_| {
-                        self.malformed(format!("LONG {t:?} is not a number this reader supports"))
-                    })?;
-                    let h = self.int(v)?;
+                    let b = decimal_le_bytes(t)
+                        .map_err(|why| self.malformed(format!("LONG {}: {why}", clip(t))))?;
+                    let h = self.long_bytes(&b)?;
                     self.push(h);
                 }
                 b'G' => {
