@@ -109,6 +109,18 @@ pub fn from_records(records: &[Record]) -> Snapshot {
         };
         match r.kind() {
             Some(EventKind::Alloc | EventKind::ManagedAlloc | EventKind::AsyncAlloc) => {
+                // What no allocator can hand out (a damaged or hostile trace) has no place
+                // in a snapshot: PyTorch's reader, and ours, would refuse the whole file.
+                if r.addr == 0 || r.size == 0 || r.addr.checked_add(r.size).is_none() {
+                    continue;
+                }
+                if let Some((size, stream)) = live.remove(&(device, r.addr)) {
+                    // Allocated again without a free in between (a lost free): the old
+                    // block ends here, so segments never overlap.
+                    traces[d].push(ev(Action::FreeRequested, r.addr, size, stream));
+                    traces[d].push(ev(Action::FreeCompleted, r.addr, size, stream));
+                    traces[d].push(ev(Action::SegmentFree, r.addr, size, stream));
+                }
                 let stream = if r.kind() == Some(EventKind::AsyncAlloc) {
                     r.aux
                 } else {
