@@ -378,11 +378,13 @@ fn llama_cpp_releases_before_unmapping() {
         (t.live_bytes, t.live_count, t.mapped_bytes),
         (0x40000, 4, 0x40000)
     );
-    assert_eq!(m.counts().frees, 4);
+    // Four releases, and no memory given back yet: no frees.
+    assert_eq!((m.counts().frees, m.counts().releases), (0, 4));
     // One cuMemUnmap over all four pages frees them all.
     apply(&mut m, &mut e, EventKind::MemUnmap, 0x100000, 0x40000, 0, 0);
     let t = *m.spaces()[0].totals();
     assert_eq!((t.live_bytes, t.live_count, t.mapped_bytes), (0, 0, 0));
+    assert_eq!((m.counts().frees, m.counts().releases), (4, 4));
     assert_eq!(t.reserved_bytes, 0x100000);
     assert_eq!(m.spaces()[0].summary().peak_live, 0x40000);
     assert_eq!(m.counts().anomalies, 0);
@@ -792,8 +794,34 @@ fn late_device_metadata_moves_the_space_to_its_uuid() {
         &DeviceKey::Uuid("GPU-cccc".into())
     );
     assert_eq!(m.device(d).unwrap().totals().live_bytes, 0x100);
-    assert_eq!(m.devices()[0].totals().live_bytes, 0);
+    // The device it stood on is the one named: no nameless device is left behind.
+    assert_eq!(m.devices().len(), 1);
     assert_eq!(m.device_arena(d).unwrap().total_free, (1 << 20) - 0x100);
+}
+
+#[test]
+fn a_driver_sample_before_the_device_record_leaves_no_phantom_device() {
+    // What every probed process does: cuMemGetInfo at start-up, then the Device record.
+    let mut m = Model::new();
+    let mut e = Ev::new();
+    let r = e.rec(EventKind::MemGetInfo, 0, 1 << 19, 1 << 20, 0);
+    m.apply(&r);
+    let mut buf = [0u8; 256];
+    let n = device_meta(&mut buf, "GPU-eeee");
+    let mut r = e.rec(EventKind::Device, 0, 1 << 20, 0, 0);
+    r.meta = 8;
+    m.apply_with_meta(&r, Some(&MetaEntry::parse(&buf[..n]).unwrap()));
+    apply(&mut m, &mut e, EventKind::Alloc, 0x1000, 0x100, 0, 0);
+    assert_eq!(m.devices().len(), 1, "{:#?}", m.devices());
+    let d = &m.devices()[0];
+    assert_eq!(d.key(), &DeviceKey::Uuid("GPU-eeee".into()));
+    assert_eq!(d.info().name.as_deref(), Some("Sim GPU"));
+    assert_eq!(
+        d.samples().driver_free,
+        Some(1 << 19),
+        "the early sample is kept"
+    );
+    assert_eq!(d.totals().live_bytes, 0x100);
 }
 
 #[test]
@@ -830,6 +858,10 @@ fn a_space_moving_onto_a_device_with_one_process_adds_to_its_totals() {
     apply(&mut m, &mut e1, EventKind::Free, 0x1000, 0, 0, 0);
     assert_eq!(m.device(d).unwrap().totals().live_bytes, 0x200);
     assert_eq!(m.device_summary(d).unwrap().peak_live, 0x300);
+    // Rank 2's ordinal-only device is left empty: a placeholder, not shown.
+    assert_eq!(m.devices().len(), 2);
+    assert!(m.devices()[1].is_placeholder());
+    assert_eq!(m.shown_devices().count(), 1);
 }
 
 #[test]
@@ -990,7 +1022,7 @@ fn checkpoint_round_trip_and_errors() {
         Model::restore(&v).err(),
         Some(CheckpointError::Version {
             found: 9,
-            supported: 1
+            supported: fragprobe_shared::model::CHECKPOINT_VERSION
         })
     );
     assert_eq!(

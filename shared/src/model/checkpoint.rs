@@ -32,7 +32,7 @@ use super::{DeviceId, Model, ModelConfig, SpaceId};
 
 const MAGIC: &[u8; 4] = b"FPMC";
 /// Version of the checkpoint encoding.
-pub const CHECKPOINT_VERSION: u32 = 1;
+pub const CHECKPOINT_VERSION: u32 = 2;
 
 /// Why checkpoint bytes could not be restored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -399,6 +399,7 @@ impl Model {
             c.failed_allocs,
             c.failed_calls,
             c.frees,
+            c.releases,
             c.lost,
             c.duplicates,
             c.benign_frees,
@@ -586,7 +587,9 @@ impl Model {
         let mut ver = [0u8; 4];
         ver.copy_from_slice(&bytes[4..8]);
         let found = u32::from_le_bytes(ver);
-        if found != CHECKPOINT_VERSION {
+        // Version 1 (fragprobe ≤ 0.1 wave 1) lacks `releases`; it is read as the count of
+        // MemRelease records, and its `frees` counted every release.
+        if found != CHECKPOINT_VERSION && found != 1 {
             return Err(CheckpointError::Version {
                 found,
                 supported: CHECKPOINT_VERSION,
@@ -609,6 +612,11 @@ impl Model {
         c.failed_allocs = d.count()?;
         c.failed_calls = d.count()?;
         c.frees = d.count()?;
+        c.releases = if found >= 2 {
+            d.count()?
+        } else {
+            c.by_kind[crate::format::EventKind::MemRelease as usize]
+        };
         c.lost = d.u()?;
         c.duplicates = d.count()?;
         c.benign_frees = d.count()?;

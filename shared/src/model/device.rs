@@ -145,6 +145,14 @@ impl Device {
     pub fn spaces(&self) -> impl Iterator<Item = SpaceId> + '_ {
         self.spaces.iter().map(|s| SpaceId(*s))
     }
+    /// Whether this is only a placeholder: a device known by ordinal alone that no
+    /// process's space is on — it stood for a process's GPU until the process named it
+    /// (by uuid) as a device that already had its own record, and everything moved there,
+    /// or it only ever got driver/NVML samples. Lists of devices for people leave these
+    /// out.
+    pub fn is_placeholder(&self) -> bool {
+        matches!(self.key, DeviceKey::Ordinal(_)) && self.spaces.is_empty()
+    }
     /// The device's state just before the most recent exit of one of its processes.
     pub fn exit_snapshot(&self) -> Option<&Snapshot> {
         self.exit.as_ref()

@@ -49,6 +49,9 @@ impl Model {
             }
         }
         let key = self.device_key(p, ordinal);
+        if matches!(key, DeviceKey::Uuid(_)) && !self.device_index.contains_key(&key) {
+            self.name_ordinal_device(p, ordinal, &key);
+        }
         let d = self.device_of_key(key, ordinal);
         let dev = &mut self.devices[d as usize];
         if let Some(i) = info {
@@ -70,6 +73,36 @@ impl Model {
             }
         }
         self.touch_device(d);
+    }
+
+    /// The first description of a GPU (its uuid) names the device that process `p`'s
+    /// `ordinal` stood for until then, instead of making a second one: what came before
+    /// it (a `cuMemGetInfo` at start-up, the first allocations) stays on the same device
+    /// and no nameless device is left behind. Only when nothing of another process is on
+    /// that device; else the space moves ([`Model::rebind`]) and the rest stays.
+    fn name_ordinal_device(&mut self, p: u32, ordinal: i16, key: &DeviceKey) {
+        let pid = self.processes[p as usize].pid;
+        let old = DeviceKey::Ordinal(ordinal);
+        let Some(&d) = self.device_index.get(&old) else {
+            return;
+        };
+        let only_ours = self.devices[d as usize].spaces.iter().all(|&s| {
+            let sp = &self.spaces[s as usize];
+            sp.pid == pid && sp.ordinal == ordinal
+        });
+        let others = self.processes.iter().any(|pr| {
+            pr.pid != pid
+                && pr
+                    .spaces
+                    .iter()
+                    .any(|&(_, s)| self.spaces[s as usize].device.0 == d)
+        });
+        if !only_ours || others {
+            return;
+        }
+        self.device_index.remove(&old);
+        self.devices[d as usize].key = key.clone();
+        self.device_index.insert(key.clone(), d);
     }
 
     /// Moves a space to another device (its uuid became known).

@@ -216,8 +216,12 @@ pub struct Counts {
     pub failed_allocs: u64,
     /// All failed calls (any call kind with result ≠ 0), allocations included.
     pub failed_calls: u64,
-    /// Successful `Free`, `AsyncFree` and `MemRelease` calls.
+    /// Calls that gave device memory back: successful `Free` and `AsyncFree`, and VMM
+    /// handles freed (by `MemRelease` of an unmapped handle, or by the last `MemUnmap`
+    /// of one released while mapped, as llama.cpp does).
     pub frees: u64,
+    /// Successful `MemRelease` calls, whether or not the memory went back then.
+    pub releases: u64,
     /// Events the producer reported lost (sum of `Loss` records' sizes).
     pub lost: u64,
     /// Allocation records skipped as duplicates of a live object with the same seq

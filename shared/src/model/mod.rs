@@ -628,6 +628,15 @@ impl Model {
         &self.devices
     }
 
+    /// The devices to show people: every device but placeholders
+    /// ([`Device::is_placeholder`]), unless placeholders are all there is.
+    pub fn shown_devices(&self) -> impl Iterator<Item = &Device> + '_ {
+        let any_real = self.devices.iter().any(|d| !d.is_placeholder());
+        self.devices
+            .iter()
+            .filter(move |d| !any_real || !d.is_placeholder())
+    }
+
     /// One device.
     pub fn device(&self, id: DeviceId) -> Option<&Device> {
         self.devices.get(id.0 as usize)

@@ -182,6 +182,8 @@ impl Model {
             let hd = *hd;
             v.handles.remove(&h);
             self.account(hd.space, hd.kind(), hd.size, false);
+            // Released earlier while mapped: the memory goes back now, at the last unmap.
+            self.counts.frees += 1;
         }
     }
 
@@ -260,7 +262,7 @@ impl Model {
 
     /// A successful `MemRelease`.
     pub(super) fn on_release(&mut self, rec: &Record) {
-        self.counts.frees += 1;
+        self.counts.releases += 1;
         self.release_handle(rec.pid, rec.addr, rec.flags & Flags::AT_EXIT != 0);
     }
 
@@ -275,6 +277,7 @@ impl Model {
                     let hd = *hd;
                     v.handles.remove(&h);
                     m.account(hd.space, hd.kind(), hd.size, false);
+                    m.counts.frees += 1;
                     if at_exit && !hd.imported {
                         m.leak(RegionKind::Handle, hd.size);
                     }

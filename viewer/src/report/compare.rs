@@ -86,12 +86,17 @@ fn rows() -> Vec<RowSpec> {
         (
             "NVML peak used bytes",
             // Device-wide, context included: what the run really cost the GPU, when its
-            // trace has NVML samples and nothing else ran on the device.
+            // trace has NVML samples and nothing else ran on the device. A peak of 0 means
+            // the samples only ever saw the idle device (a run shorter than the NVML
+            // interval, sampled before its context existed): that is no figure of the run,
+            // so it reads n/a like a run without samples, not a winning 0 B.
             Better::Lower,
             |r| {
                 r.devices
                     .iter()
-                    .filter_map(|d| d.nvml.as_ref().map(|n| n.peak_used as f64))
+                    .filter_map(|d| d.nvml.as_ref().map(|n| n.peak_used))
+                    .filter(|&p| p > 0)
+                    .map(|p| p as f64)
                     .reduce(f64::max)
                     .unwrap_or(f64::NAN)
             },
@@ -323,7 +328,12 @@ mod tests {
             });
             r
         };
-        let c = compare(&[report(Some(3 << 20)), report(Some(2 << 20)), report(None)]);
+        let c = compare(&[
+            report(Some(3 << 20)),
+            report(Some(2 << 20)),
+            report(None),
+            report(Some(0)),
+        ]);
         let row = c
             .rows
             .iter()
@@ -331,6 +341,8 @@ mod tests {
             .unwrap();
         assert_eq!(row.values[..2], [(3 << 20) as f64, (2 << 20) as f64]);
         assert!(row.values[2].is_nan());
+        // Samples of the idle device only: n/a too, not a best 0 B.
+        assert!(row.values[3].is_nan());
         assert_eq!(row.best, Some(1));
         assert!(render(&c).contains("NVML peak used bytes"));
     }

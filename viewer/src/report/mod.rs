@@ -133,6 +133,7 @@ pub struct AllocRow {
     pub ok: u64,
     pub failed: u64,
     pub frees: u64,
+    pub releases: u64,
 }
 
 /// Byte figures.
@@ -274,7 +275,7 @@ impl Report {
         };
         let mut min_lfb: Option<u64> = None;
         let mut final_lfb: Option<u64> = None;
-        for d in model.devices() {
+        for d in model.shown_devices() {
             let Some(s) = model.device_summary(d.id()) else {
                 continue;
             };
@@ -375,6 +376,7 @@ impl Report {
                 ok: counts.ok_allocs,
                 failed: counts.failed_allocs,
                 frees: counts.frees,
+                releases: counts.releases,
             },
             bytes,
             fragmentation: frag,
