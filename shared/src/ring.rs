@@ -89,6 +89,8 @@ use crate::format::{check_version, Record, VersionError, FORMAT_VERSION, RECORD_
 use crate::live::LiveTable;
 
 #[cfg(feature = "consumer")]
+mod fault;
+#[cfg(feature = "consumer")]
 mod file;
 #[cfg(feature = "consumer")]
 pub use file::{

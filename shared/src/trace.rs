@@ -52,7 +52,7 @@ use std::path::PathBuf;
 
 use crate::format::VersionError;
 
-pub use read::{MetaRef, Trace, Truncation};
+pub use read::{file_kind, MetaRef, Trace, Truncation};
 pub use tail::TraceTail;
 pub use write::TraceWriter;
 

@@ -11,6 +11,7 @@
 //! | 6 | NVML unavailable where it is required |
 //! | 7 | an alert fired (`log --exit-on-alert`) / `doctor` found an OOM cause |
 //! | 8 | `run`/`record`/`sweep`: the command succeeded (`attach`: the recording ended) but its trace could not be written in full (disk full…); the trace keeps what was written before |
+//! | 9 | standard output could not be written (disk full, I/O error); a closed pipe (`\| head`) is not an error. `run`/`record` still pass the command's own status through |
 //! | 126 | target command found but not executable |
 //! | 127 | target command not found |
 //! | 128+N | target killed by signal N |
@@ -31,6 +32,8 @@ pub const NO_NVML: u8 = 6;
 pub const FINDING: u8 = 7;
 /// `run`/`record`: the trace stopped early (the command itself succeeded).
 pub const TRACE_INCOMPLETE: u8 = 8;
+/// Standard output could not be written.
+pub const OUTPUT: u8 = 9;
 /// Target not executable.
 pub const NOT_EXECUTABLE: u8 = 126;
 /// Target not found.

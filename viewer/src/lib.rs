@@ -12,4 +12,5 @@ pub mod nvml;
 pub mod pipeline;
 pub mod record;
 pub mod report;
+pub mod stdout;
 pub mod torchhook;

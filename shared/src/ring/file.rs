@@ -13,9 +13,12 @@ use super::{parse_ring_file_name, ring_dir_candidate, Ring, RingConfig, RingErro
 pub struct RingFile {
     ring: Ring,
     path: PathBuf,
+    // Watches the mapping for truncation; dropped before the mapping goes.
+    watch: super::fault::Watch,
+    file: File,
     // Keeps the mapping alive; `ring` points into it. Declared after `ring` so it is
     // dropped last.
-    _map: memmap2::MmapMut,
+    map: memmap2::MmapMut,
 }
 
 impl fmt::Debug for RingFile {
@@ -57,14 +60,9 @@ impl fmt::Display for RingFileError {
     }
 }
 
-impl std::error::Error for RingFileError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RingFileError::Io { source, .. } => Some(source),
-            RingFileError::Ring { err, .. } => Some(err),
-        }
-    }
-}
+/// The message already says what the cause said, so no `source` is given: a chain printer
+/// (`{:#}`) would print the cause twice.
+impl std::error::Error for RingFileError {}
 
 impl RingFile {
     /// Maps an existing ring file read-write and validates it.
@@ -74,17 +72,26 @@ impl RingFile {
             path: path.clone(),
             source,
         };
+        // O_NONBLOCK: a FIFO planted under a ring's name must not hang us in open().
         let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
             .open(&path)
             .map_err(io)?;
+        if !file.metadata().map_err(io)?.is_file() {
+            return Err(io(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a regular file, so not a ring",
+            )));
+        }
         // SAFETY: the mapping is shared with the producer, which only writes it through
-        // `Ring`; we only access it through `Ring` as well. Truncation by another process
-        // would fault, which ring files never do (the probe sizes them before init).
+        // `Ring`; we only access it through `Ring` as well. A ring truncated under us by
+        // another process would fault on access: readers check [`RingFile::intact`]
+        // before each pass over the mapping.
         let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?;
         let len = map.len();
-        // SAFETY: the mapping is page-aligned, `len` bytes long and lives in `self._map`
+        // SAFETY: the mapping is page-aligned, `len` bytes long and lives in `self.map`
         // as long as `ring` does.
         let ring =
             unsafe { Ring::attach(map.as_mut_ptr(), len) }.map_err(|err| RingFileError::Ring {
@@ -94,7 +101,9 @@ impl RingFile {
         Ok(RingFile {
             ring,
             path,
-            _map: map,
+            watch: super::fault::watch(map.as_ptr(), len),
+            file,
+            map,
         })
     }
 
@@ -123,7 +132,7 @@ impl RingFile {
         let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.map_err(io)?;
         let len = map.len();
         // SAFETY: the mapping is zero-filled (fresh set_len), page-aligned, `len` bytes long,
-        // and lives in `self._map` as long as `ring` does.
+        // and lives in `self.map` as long as `ring` does.
         let ring = unsafe { Ring::init(map.as_mut_ptr(), len, cfg, pid, monotonic_ns()) }.map_err(
             |err| RingFileError::Ring {
                 path: path.clone(),
@@ -133,7 +142,9 @@ impl RingFile {
         Ok(RingFile {
             ring,
             path,
-            _map: map,
+            watch: super::fault::watch(map.as_ptr(), len),
+            file,
+            map,
         })
     }
 
@@ -145,6 +156,17 @@ impl RingFile {
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether the file still backs the whole mapping: false once another process has
+    /// truncated it (or a read past its new end was absorbed, see `ring::fault`). A reader
+    /// stops using a ring that is not intact and reports it as damaged.
+    pub fn intact(&self) -> bool {
+        !self.watch.damaged()
+            && self
+                .file
+                .metadata()
+                .is_ok_and(|m| m.len() >= self.map.len() as u64)
     }
 }
 
@@ -178,9 +200,16 @@ pub fn list_rings(dir: impl AsRef<Path>) -> Vec<RingInfo> {
         let Some(pid) = parse_ring_file_name(name.as_bytes()) else {
             continue;
         };
+        // Only regular files can be rings; opening a FIFO would block.
+        if !entry.file_type().is_ok_and(|t| t.is_file()) {
+            continue;
+        }
         let path = entry.path();
         let mut head = [0u8; 64];
-        let ok = File::open(&path)
+        let ok = OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&path)
             .and_then(|mut f| f.read_exact(&mut head))
             .is_ok();
         if !ok || head[0..8] != MAGIC {

@@ -92,6 +92,20 @@ impl Trace {
             path: path.to_path_buf(),
             source,
         };
+        // A trace is mapped, so it must be a regular file; opening a FIFO would also block
+        // until something writes to it. Say so before opening.
+        if let Ok(m) = std::fs::metadata(path) {
+            if !m.is_file() {
+                return Err(io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "it is {}, not a regular file: traces are read from files \
+                         (save a piped trace to a file first)",
+                        file_kind(&m)
+                    ),
+                )));
+            }
+        }
         let file = File::open(path).map_err(io)?;
         let file_len = file.metadata().map_err(io)?.len();
         if file_len == 0 {
@@ -408,5 +422,24 @@ impl Trace {
     /// Whether the file ends with an End chunk and nothing was wrong.
     pub fn complete(&self) -> bool {
         self.complete && self.truncated.is_none() && self.corrupt_at.is_none()
+    }
+}
+
+/// What a non-regular file is, for messages: "a FIFO", "a directory"…
+pub fn file_kind(m: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = m.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO (named pipe)"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else {
+        "a special file"
     }
 }

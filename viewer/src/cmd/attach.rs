@@ -6,9 +6,10 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use fragprobe_shared::format::Record;
-use fragprobe_shared::ring::{list_rings, ring_dirs, RingInfo};
+use fragprobe_shared::ring::{list_rings, ring_dirs, RingFileError, RingInfo};
 use fragprobe_shared::trace::TraceWriter;
 
+use crate::load::CodedError;
 use crate::record::{Recorder, RecorderOptions};
 use crate::report::print_summary;
 
@@ -72,16 +73,17 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 ring_dirs().first().map(|d| d.display().to_string()).unwrap_or_default());
             return Ok(ExitCode::from(crate::exit::NO_INPUT));
         }
-        println!("{:>8}  {:<6}  {:<40}  RING", "PID", "STATE", "COMMAND");
+        let mut table = format!("{:>8}  {:<6}  {:<40}  RING\n", "PID", "STATE", "COMMAND");
         for r in &rings {
-            println!(
-                "{:>8}  {:<6}  {:<40}  {}",
+            table += &format!(
+                "{:>8}  {:<6}  {:<40}  {}\n",
                 r.pid,
                 if r.alive { "alive" } else { "ended" },
                 cmdline(r.pid),
                 r.path.display()
             );
         }
+        crate::stdout::print(&table)?;
         return Ok(ExitCode::SUCCESS);
     };
     let Some(info) = rings
@@ -98,7 +100,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         name
     });
     let writer = TraceWriter::create(&out)?;
-    let mut rec = Recorder::attach_file(
+    let attached = Recorder::attach_file(
         &info.path,
         Some(writer),
         RecorderOptions {
@@ -106,7 +108,20 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             attach_late: true,
             ..Default::default()
         },
-    )?;
+    );
+    let mut rec = match attached {
+        Ok(r) => r,
+        Err(e) => {
+            // Nothing was recorded: leave no empty trace behind.
+            let _ = std::fs::remove_file(&out);
+            let code = match e.downcast_ref::<RingFileError>() {
+                Some(RingFileError::Ring { .. }) => crate::exit::BAD_INPUT,
+                Some(RingFileError::Io { .. }) => crate::exit::NO_INPUT,
+                None => crate::exit::INTERNAL,
+            };
+            return Err(CodedError::new(code, format!("{e:#}")).into());
+        }
+    };
     if !args.nvml_interval.every.is_zero() {
         // Resolved here, before any thread starts (the simulated GPU's spec goes into the
         // environment); no NVML just means no samples.

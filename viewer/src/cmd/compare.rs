@@ -24,9 +24,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     let c = compare(&reports);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&c)?);
+        crate::stdout::println(&serde_json::to_string_pretty(&c)?)?;
     } else {
-        print!("{}", render(&c));
+        crate::stdout::print(&render(&c))?;
     }
     Ok(ExitCode::SUCCESS)
 }

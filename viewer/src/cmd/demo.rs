@@ -63,27 +63,29 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let state = std::env::temp_dir().join(format!("fragprobe-demo-{}.state", std::process::id()));
     let _ = std::fs::remove_file(state);
     let report = super::report::report_of(&args.output, true)?;
-    print!("{}", crate::report::render(&report));
+    let mut text = crate::report::render(&report);
     let frag = report
         .failed_allocations
         .iter()
         .any(|f| f.verdict == "fragmentation");
     if frag {
-        println!("\nThe demo's final cudaMalloc failed with FRAGMENTATION: the device had enough free memory in total, but no single hole was large enough.");
+        text += "\nThe demo's final cudaMalloc failed with FRAGMENTATION: the device had enough free memory in total, but no single hole was large enough.\n";
     }
     let display =
         std::env::var_os("DISPLAY").is_some() || std::env::var_os("WAYLAND_DISPLAY").is_some();
     if display && !args.no_view {
-        println!(
-            "Opening the viewer: fragprobe view {}",
+        text += &format!(
+            "Opening the viewer: fragprobe view {}\n",
             args.output.display()
         );
+        crate::stdout::print(&text)?;
         return crate::cmd::open_viewer(&args.output);
     }
-    println!(
-        "\nNext: fragprobe view {0}   ·   fragprobe export --format chrome {0} -o demo.json",
+    text += &format!(
+        "\nNext: fragprobe view {0}   ·   fragprobe export --format chrome {0} -o demo.json\n",
         args.output.display()
     );
+    crate::stdout::print(&text)?;
     let _ = code;
     Ok(ExitCode::SUCCESS)
 }

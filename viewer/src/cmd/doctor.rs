@@ -118,12 +118,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             .iter()
             .map(|(d, v)| json!({"device": d.title, "evidence": d.evidence, "verdict": v}))
             .collect();
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&json!({ "reports": list }))?
-        );
+        crate::stdout::println(&serde_json::to_string_pretty(&json!({ "reports": list }))?)?;
     } else {
-        print!("{}", render_text(&reports));
+        crate::stdout::print(&render_text(&reports))?;
     }
     if reports.iter().any(|(_, v)| v.found()) {
         Ok(ExitCode::from(exit::FINDING))

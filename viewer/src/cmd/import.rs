@@ -243,9 +243,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     let devs = summarize(&snap);
     if args.json {
-        println!("{}", to_json(&snap, &args.snapshot, &devs));
+        crate::stdout::println(&to_json(&snap, &args.snapshot, &devs))?;
     } else {
-        print!("{}", render(&snap, &args.snapshot, &devs));
+        crate::stdout::print(&render(&snap, &args.snapshot, &devs))?;
     }
     if let Some(out) = &args.output {
         let n = write_trace(&snap, &args.snapshot, out)?;

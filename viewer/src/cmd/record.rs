@@ -13,7 +13,8 @@ pub struct Args {
     #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
     /// Run on the simulated GPU (SPEC like `2x80GiB`; default one 16 GiB device).
-    #[arg(long, value_name = "SPEC", num_args = 0..=1, default_missing_value = "")]
+    #[arg(long, value_name = "SPEC", num_args = 0..=1, default_missing_value = "",
+          value_parser = crate::nvml::simulated::spec_arg)]
     pub simulated_gpu: Option<String>,
     /// Print no summary at the end.
     #[arg(long, short)]

@@ -37,9 +37,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         eprintln!("fragprobe: warning: {w}");
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&r)?);
+        crate::stdout::println(&serde_json::to_string_pretty(&r)?)?;
     } else {
-        print!("{}", render(&r));
+        crate::stdout::print(&render(&r))?;
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fragprobe_shared::trace::Trace;
 
@@ -27,7 +27,8 @@ pub struct Args {
     #[arg(long)]
     pub view: bool,
     /// Run on the simulated GPU (SPEC like `2x80GiB`; default one 16 GiB device).
-    #[arg(long, value_name = "SPEC", num_args = 0..=1, default_missing_value = "")]
+    #[arg(long, value_name = "SPEC", num_args = 0..=1, default_missing_value = "",
+          value_parser = crate::nvml::simulated::spec_arg)]
     pub simulated_gpu: Option<String>,
     /// Do not preload the probe (baseline for overhead measurements).
     #[arg(long, conflicts_with = "torch_snapshot")]
@@ -125,7 +126,6 @@ pub fn record_session(
     opts: &SessionOptions,
     view: bool,
 ) -> anyhow::Result<Result<Outcome, SpawnError>> {
-    let started = Instant::now();
     let hook = match (opts.torch_snapshot, &opts.trace) {
         (Some(max), Some(trace)) => Some(TorchHook::install(trace, max)?),
         _ => None,
@@ -193,10 +193,12 @@ pub fn record_session(
         session.cleanup();
         st?
     };
-    // Wall time to the command's exit, not to the end of draining and joining.
-    let wall = session
-        .exited_at
-        .map_or_else(|| started.elapsed(), |t| t.duration_since(started));
+    // Wall time from the command's start to its exit: not the set-up before it, nor the
+    // draining and joining after.
+    let wall = session.exited_at.map_or_else(
+        || session.spawned_at.elapsed(),
+        |t| t.duration_since(session.spawned_at),
+    );
     let mut report = sink.report(&source_of(&session));
     if let (Some(_), Some(trace)) = (&hook, &session.trace) {
         report.torch_snapshots = match Trace::open(trace) {
@@ -256,7 +258,10 @@ pub fn run_session(
         warn_no_ring(opts);
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&out.report)?);
+        // The command's status passes through whatever becomes of our own output.
+        if let Err(e) = crate::stdout::println(&serde_json::to_string_pretty(&out.report)?) {
+            eprintln!("fragprobe: the report was not printed: {e:#}");
+        }
     } else if !quiet && !opts.no_probe {
         print_summary(&out.report, out.trace.as_deref());
     }

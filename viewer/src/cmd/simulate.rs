@@ -48,33 +48,10 @@ pub struct Args {
     pub json: bool,
 }
 
-/// Parses `123`, `4096KiB`, `80GiB`, `1.5GB`… into bytes.
+/// Parses `123`, `4096KiB`, `80GiB`, `1.5GB`… into bytes; a size past 2^64 - 1 bytes is
+/// an error, not a saturated figure.
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let v: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (try 80GiB)"))?;
-    let mul: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024.0 * 1024.0,
-        "g" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        "t" | "tib" => 1024.0f64.powi(4),
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        u => {
-            return Err(format!(
-                "unknown size unit {u:?} (use B, KiB, MiB, GiB, TiB)"
-            ))
-        }
-    };
-    Ok((v * mul) as u64)
+    fragprobe_simgpu::size::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn parse_version(s: &str) -> Result<Version, String> {
@@ -258,7 +235,28 @@ fn render_predict(r: &PredictReport) -> String {
 
 /// `fragprobe simulate`.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    // A setting PyTorch would refuse is refused before the snapshot is read, as `sweep` does.
+    super::sweep::check_confs(&args.confs, args.pytorch)?;
     let snap = load(&args.snapshot)?;
+    if let Some(d) = args.device {
+        let have = snap.devices();
+        if !have.contains(&d) {
+            let list: Vec<String> = have.iter().map(|d| d.to_string()).collect();
+            return Err(CodedError::new(
+                exit::USAGE,
+                format!(
+                    "--device {d}: {} has no device {d} (it has: {})",
+                    args.snapshot.display(),
+                    if list.is_empty() {
+                        "none".to_string()
+                    } else {
+                        list.join(", ")
+                    }
+                ),
+            )
+            .into());
+        }
+    }
     if args.verify {
         let r = verify(&snap, args.pytorch).map_err(|e| {
             anyhow::Error::new(CodedError {
@@ -270,9 +268,9 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             })
         })?;
         if args.json {
-            println!("{}", r.to_json());
+            crate::stdout::println(&r.to_json())?;
         } else {
-            print!("{}", render_verify(&r));
+            crate::stdout::print(&render_verify(&r))?;
         }
         return Ok(if r.is_exact() {
             ExitCode::SUCCESS
@@ -309,10 +307,10 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         .collect();
     if args.json {
         let items: Vec<String> = reports.iter().map(|r| r.to_json()).collect();
-        println!("{{\"devices\":[{}]}}", items.join(","));
+        crate::stdout::println(&format!("{{\"devices\":[{}]}}", items.join(",")))?;
     } else {
         for r in &reports {
-            print!("{}", render_predict(r));
+            crate::stdout::print(&render_predict(r))?;
         }
     }
     Ok(ExitCode::SUCCESS)

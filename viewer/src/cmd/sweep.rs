@@ -44,7 +44,8 @@ pub struct Args {
     pub out_dir: Option<PathBuf>,
     /// Run on the simulated GPU (SPEC like `1x4GiB`; default one 16 GiB device). Each run
     /// gets a fresh simulated device.
-    #[arg(long, value_name = "SPEC", num_args = 0..=1, default_missing_value = "")]
+    #[arg(long, value_name = "SPEC", num_args = 0..=1, default_missing_value = "",
+          value_parser = crate::nvml::simulated::spec_arg)]
     pub simulated_gpu: Option<String>,
     /// Print the comparison as JSON.
     #[arg(long)]
@@ -79,12 +80,12 @@ pub struct Sweep {
 }
 
 /// Checks every configuration before anything runs.
-pub fn check_confs(confs: &[String]) -> Result<(), CodedError> {
+pub fn check_confs(confs: &[String], version: Version) -> Result<(), CodedError> {
     for c in confs {
         if c == DEFAULT_CONF {
             continue;
         }
-        Config::parse(c, Version::DEFAULT).map_err(|e| {
+        Config::parse(c, version).map_err(|e| {
             CodedError::new(
                 exit::BAD_INPUT,
                 format!("{e} (PyTorch would refuse it at start-up; nothing was run)"),
@@ -125,7 +126,7 @@ pub fn trace_path(dir: &Path, i: usize, conf: &str) -> PathBuf {
 
 /// `fragprobe sweep`.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
-    check_confs(&args.confs)?;
+    check_confs(&args.confs, Version::DEFAULT)?;
     let dir = args.out_dir.clone().unwrap_or_else(default_dir);
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("creating the sweep directory {}", dir.display()))?;
@@ -206,10 +207,13 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     }
     let sweep = build(runs, &reports);
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&sweep)?);
+        crate::stdout::println(&serde_json::to_string_pretty(&sweep)?)?;
     } else {
-        print!("{}", render_sweep(&sweep));
-        println!("traces: {}", dir.display());
+        crate::stdout::print(&format!(
+            "{}traces: {}\n",
+            render_sweep(&sweep),
+            dir.display()
+        ))?;
     }
     if incomplete {
         return Ok(ExitCode::from(crate::exit::TRACE_INCOMPLETE));
@@ -277,17 +281,23 @@ pub fn render_sweep(s: &Sweep) -> String {
 
 #[cfg(test)]
 mod tests {
+    fn check_confs_default(c: &[String]) -> Result<(), CodedError> {
+        super::check_confs(c, Version::DEFAULT)
+    }
+
     use super::*;
 
     #[test]
     fn confs_are_checked_before_running() {
-        assert!(check_confs(&["default".into(), "expandable_segments:True".into()]).is_ok());
-        let e = check_confs(&["max_split_size_mb:12".into()]).unwrap_err();
+        assert!(
+            check_confs_default(&["default".into(), "expandable_segments:True".into()]).is_ok()
+        );
+        let e = check_confs_default(&["max_split_size_mb:12".into()]).unwrap_err();
         assert_eq!(e.code, exit::BAD_INPUT);
         assert!(e.to_string().contains("max_split_size_mb"), "{e}");
-        let e = check_confs(&["expandable_segment:True".into()]).unwrap_err();
+        let e = check_confs_default(&["expandable_segment:True".into()]).unwrap_err();
         assert!(e.to_string().contains("nothing was run"), "{e}");
-        let e = check_confs(&["default".into(), "default".into()]).unwrap_err();
+        let e = check_confs_default(&["default".into(), "default".into()]).unwrap_err();
         assert!(e.to_string().contains("twice"), "{e}");
     }
 

@@ -99,6 +99,18 @@ fn usage(msg: String) -> anyhow::Error {
 /// Checks a file before a thread opens it, so a bad path fails with its exit code.
 fn check_input(path: &Path) -> anyhow::Result<Source> {
     let coded = |code, message: String| anyhow::Error::from(CodedError { code, message });
+    if let Ok(m) = std::fs::metadata(path) {
+        if !m.is_file() {
+            return Err(coded(
+                exit::NO_INPUT,
+                format!(
+                    "cannot open {}: it is {}, not a regular file (save it to a file first)",
+                    path.display(),
+                    fragprobe_shared::trace::file_kind(&m)
+                ),
+            ));
+        }
+    }
     let mut f = std::fs::File::open(path).map_err(|e| {
         coded(
             exit::NO_INPUT,

@@ -1,7 +1,7 @@
 //! `fragprobe watch`: a live terminal view of the GPUs, like `watch -d nvidia-smi`, plus
 //! each probed process's live bytes and fragmentation.
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
@@ -30,7 +30,10 @@ pub struct Args {
     pub nvml: NvmlArgs,
 }
 
-/// Parses a positive interval in seconds.
+/// The shortest sampling interval `watch`, `log` and `--nvml-interval` take.
+pub const MIN_INTERVAL_S: f64 = 0.01;
+
+/// Parses a positive interval in seconds, at least [`MIN_INTERVAL_S`].
 pub fn parse_interval(s: &str) -> Result<f64, String> {
     let v: f64 = s
         .trim()
@@ -39,6 +42,12 @@ pub fn parse_interval(s: &str) -> Result<f64, String> {
     if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
         return Err(format!(
             "interval must be between 0 and 86400 seconds, got {s}"
+        ));
+    }
+    if v < MIN_INTERVAL_S {
+        // NVML itself refreshes its figures no faster; below this a sampler only spins.
+        return Err(format!(
+            "'{s}': the shortest interval is {MIN_INTERVAL_S} s (10 ms)"
         ));
     }
     Ok(v)
@@ -111,14 +120,12 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         } else {
             ""
         };
-        if write!(out, "{clear}{frame}")
-            .and_then(|_| out.flush())
-            .is_err()
-        {
+        crate::stdout::write_to(&mut out, &format!("{clear}{frame}"))?;
+        drop(out);
+        if crate::stdout::gone() {
             // The reader went away (`| head`, closed terminal): nothing left to do.
             return Ok(ExitCode::SUCCESS);
         }
-        drop(out);
         if args.once {
             return Ok(ExitCode::SUCCESS);
         }

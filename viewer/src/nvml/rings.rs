@@ -54,15 +54,38 @@ impl RingDirs {
     /// probe's `<pid>-<start_ns>.ring`. A process that `exec`ed has one ring per image; the
     /// live one (not marked exited) with the latest start wins.
     pub fn ring_of(&self, pid: u32, uid: u32) -> Option<PathBuf> {
-        self.candidates(uid).into_iter().find_map(|d| {
-            let mut mine: Vec<RingInfo> = list_rings(&d)
-                .into_iter()
-                .filter(|r| r.pid == pid)
-                .collect();
-            mine.sort_by_key(|r| (r.alive, start_of(&r.path)));
-            mine.pop().map(|r| r.path)
-        })
+        self.candidates(uid)
+            .into_iter()
+            .flat_map(with_sessions)
+            .find_map(|d| {
+                let mut mine: Vec<RingInfo> = list_rings(&d)
+                    .into_iter()
+                    .filter(|r| r.pid == pid)
+                    .collect();
+                mine.sort_by_key(|r| (r.alive, start_of(&r.path)));
+                mine.pop().map(|r| r.path)
+            })
     }
+}
+
+/// `dir` and the `session-*` directories in it: `fragprobe run` gives the rings of the
+/// command it runs a session directory of their own inside the per-user one, so another
+/// terminal's `watch` finds them there.
+fn with_sessions(dir: PathBuf) -> Vec<PathBuf> {
+    let mut v = vec![dir.clone()];
+    if let Ok(rd) = std::fs::read_dir(&dir) {
+        v.extend(
+            rd.flatten()
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .is_some_and(|n| n.starts_with("session-"))
+                })
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path()),
+        );
+    }
+    v
 }
 
 /// The start time in a `<pid>-<start_ns>.ring` name (0 for `<pid>.ring`).
@@ -107,6 +130,23 @@ mod tests {
         let _b = fragprobe_shared::ring::RingFile::create(&new, &cfg, 4_000_000_001).unwrap();
         // No such process is alive: both are "dead"; the later image wins.
         assert_eq!(dirs.ring_of(4_000_000_001, 1000), Some(new));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn rings_of_a_run_session_are_found_from_another_terminal() {
+        let dir = std::env::temp_dir().join(format!("fp-rings-sess-{}", std::process::id()));
+        let session = dir.join("session-123-456");
+        std::fs::create_dir_all(&session).unwrap();
+        let dirs = RingDirs {
+            explicit: Some(dir.clone()),
+            xdg_runtime: None,
+            my_uid: 1000,
+        };
+        let cfg = fragprobe_shared::ring::RingConfig::from_env_values(Some(64), Some(64));
+        let ring = session.join("4000000002-100.ring");
+        let _r = fragprobe_shared::ring::RingFile::create(&ring, &cfg, 4_000_000_002).unwrap();
+        assert_eq!(dirs.ring_of(4_000_000_002, 1000), Some(ring));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

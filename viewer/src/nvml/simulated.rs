@@ -33,6 +33,15 @@ fn lib_dir_for(artifacts: &Path) -> PathBuf {
         .join(format!("simgpu-lib-{h:016x}"))
 }
 
+/// clap's parser for `--simulated-gpu[=SPEC]`: "" (the default devices) or a spec that
+/// parses, so a malformed one is a usage error (exit 2) before anything runs.
+pub fn spec_arg(spec: &str) -> Result<String, String> {
+    if !spec.trim().is_empty() {
+        fragprobe_simgpu::DeviceSpec::parse(spec.trim()).map_err(|e| e.to_string())?;
+    }
+    Ok(spec.to_string())
+}
+
 /// Prepares the simulated GPU for `spec` ("" = the simulator's default: the devices of the
 /// state file's live users, else one 16 GiB device) and returns the NVML stand-in's path.
 /// A non-empty spec is validated and exported as `FRAGPROBE_SIM_GPU` for this process.

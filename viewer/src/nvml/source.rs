@@ -18,6 +18,7 @@ pub struct NvmlArgs {
     /// Read the simulated GPU's NVML (the one `fragprobe run --simulated-gpu` drives);
     /// SPEC like "2x80GiB" (defaults to $FRAGPROBE_SIM_GPU, else the simulator's default)
     #[arg(long, value_name = "SPEC", num_args = 0..=1, default_missing_value = "",
+          value_parser = crate::nvml::simulated::spec_arg,
           conflicts_with = "nvml_lib")]
     pub simulated_gpu: Option<String>,
 }

@@ -197,13 +197,7 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
     }
     let secs = crate::cmd::watch::parse_interval(s)
         .map_err(|e| format!("{e}; give 0 for no NVML samples"))?;
-    if secs < MIN_INTERVAL.as_secs_f64() {
-        return Err(format!(
-            "'{s}': the shortest NVML interval is {} s",
-            MIN_INTERVAL.as_secs_f64()
-        ));
-    }
-    Ok(Duration::from_secs_f64(secs))
+    Ok(Duration::from_secs_f64(secs).max(MIN_INTERVAL))
 }
 
 #[cfg(test)]

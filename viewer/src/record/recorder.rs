@@ -313,8 +313,21 @@ impl Recorder {
         let rings_meta: Vec<(u32, u64)> =
             rings.iter().map(|a| (a.pid, a.file.start_ns())).collect();
         for a in rings.iter_mut().filter(|a| !a.finished) {
+            if !a.file.intact() {
+                Self::damaged(a);
+                stats.finished += 1;
+                continue;
+            }
             a.file.heartbeat(now);
             self.drain_one(a, now)?;
+            if !a.file.intact() {
+                // Cut while we read it: what this pass read past the cut was zeros (no
+                // records); what came before is kept.
+                self.flush_batch(sink)?;
+                Self::damaged(a);
+                stats.finished += 1;
+                continue;
+            }
             if !samples.is_empty() {
                 self.emit_nvml(a, &samples);
             }
@@ -357,6 +370,18 @@ impl Recorder {
         self.write_trace(|w| w.flush());
         stats.records = self.total - before;
         Ok(stats)
+    }
+
+    /// Stops reading a ring whose file was truncated under us (by whom, we cannot know).
+    fn damaged(a: &mut Attached) {
+        eprintln!(
+            "fragprobe: the ring {} of pid {} was truncated by another process while it was \
+             being read: it is damaged, and recording of that process stops here (the \
+             trace keeps what was read before)",
+            a.file.path().display(),
+            a.pid
+        );
+        a.finished = true;
     }
 
     fn drain_one(&mut self, a: &mut Attached, now: u64) -> anyhow::Result<()> {

@@ -17,6 +17,7 @@
 
 use std::ffi::OsString;
 use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use fragprobe_shared::ring::{
@@ -202,7 +203,15 @@ fn sweep(base: &Path, dirs: bool, pid_of: impl Fn(&str) -> Option<u32>) -> usize
         if is_dir != dirs || process_exists(pid) {
             continue;
         }
-        let Ok(f) = File::open(e.path()) else {
+        // Only regular files and directories are ours; O_NONBLOCK so a FIFO cannot hang us.
+        if !e.file_type().is_ok_and(|t| t.is_dir() || t.is_file()) {
+            continue;
+        }
+        let Ok(f) = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(e.path())
+        else {
             continue;
         };
         if f.try_lock().is_err() {

@@ -48,6 +48,10 @@ pub struct Session {
     /// The trace file, if any.
     pub trace: Option<PathBuf>,
     started_ns: u64,
+    /// When the command was started: a run's wall time counts from here, not from the
+    /// session's set-up (ring directory, the simulated GPU's libraries, NVML), so the first
+    /// run of a sweep is not charged for what the others reuse.
+    pub spawned_at: std::time::Instant,
     /// When the command was seen to exit (set by [`Session::wait`]).
     pub exited_at: Option<std::time::Instant>,
 }
@@ -293,6 +297,7 @@ impl Session {
             None => None,
         };
         install_forwarding();
+        let spawned_at = std::time::Instant::now();
         let child = match cmd.spawn() {
             Ok(c) => c,
             Err(e) => {
@@ -341,6 +346,7 @@ impl Session {
             _lock: lock,
             trace: opts.trace.clone(),
             started_ns: monotonic_ns(),
+            spawned_at,
             exited_at: None,
         }))
     }
