@@ -1,7 +1,7 @@
 //! Removes the rings of processes that are gone from a per-user ring directory, without
 //! allocating (raw `getdents64` into a stack buffer).
 //!
-//! Every probed process of a user leaves its ring (18 MiB by default, reserved in full) in
+//! Every probed process of a user leaves its ring (101 MiB by default, reserved in full) in
 //! the per-user directory, and nobody else removes it when the process runs without
 //! `fragprobe run` (whose session directory goes away with the session). So each new ring
 //! clears out the dead ones. A ring is dead when both hold:
@@ -25,7 +25,7 @@ use crate::ringfile::{last_errno, Text};
 /// Directory entries looked at per sweep, at most: a start-up never stalls on a huge
 /// directory.
 const MAX_ENTRIES: usize = 4096;
-/// Rings removed per sweep, at most. Freeing an 18 MiB tmpfs file takes about 2 ms and
+/// Rings removed per sweep, at most. Freeing a default (101 MiB) tmpfs ring takes a few ms and
 /// the sweep runs inside the process's first recorded call; each process adds one ring,
 /// so a backlog (left by an older probe, say) still drains, 8 rings per new process.
 const MAX_REMOVALS: usize = 8;

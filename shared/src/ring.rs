@@ -152,9 +152,15 @@ pub struct RingConfig {
 }
 
 impl RingConfig {
-    /// 65 536 records, 64 KiB of metadata, 262 144 live-table slots (about 18 MiB).
+    /// 1 048 576 records, 64 KiB of metadata, 262 144 live-table slots (about 101 MiB).
+    ///
+    /// The records hold a whole burst: 16 threads × 33 000 alloc/free pairs on 2 cores
+    /// (1.06 M events in 0.3 s) outrun any consumer that shares those cores, and one drop
+    /// costs the ring's unread records (the resync starts at the tail). At 65 536 that
+    /// load lost 87–93 % of its events, at 524 288 it lost half the ring in 1 run of 5, at
+    /// 1 048 576 none.
     pub const DEFAULT: RingConfig = RingConfig {
-        capacity: 65536,
+        capacity: 1 << 20,
         meta_bytes: 64 * 1024,
         live_capacity: 262144,
     };
@@ -1192,8 +1198,8 @@ mod tests {
         let cfg = RingConfig::DEFAULT;
         let len = cfg.file_len();
         assert_eq!(len % 64, 0);
-        assert!(len > 65536 * 88 + 64 * 1024 + 262144 * 48);
-        assert!(len < 20 << 20, "default ring is about 18 MiB, got {len}");
+        assert!(len > (1 << 20) * 88 + 64 * 1024 + 262144 * 48);
+        assert!(len < 102 << 20, "default ring is about 101 MiB, got {len}");
     }
 
     #[test]

@@ -324,3 +324,32 @@ fn ring_file_open_names_the_file() {
         .to_string();
     assert!(e.contains("missing.ring"), "{e}");
 }
+
+#[test]
+fn the_default_ring_holds_a_burst_of_16_threads_x_32768_pairs_with_no_consumer() {
+    // The load a user hit: 16 threads × 33 000 alloc/free pairs outran the consumer, and
+    // the old 65 536-record default lost 87 % of it. The default holds 16 × 32 768 pairs
+    // before anyone drains a record, so at 33 000 pairs the consumer need drain only 7 424
+    // events while the burst lasts (it drains ~1.3 M/s on the same cores:
+    // `record/drops_at_defaults` in benches/benches/record.rs measures the whole command).
+    const THREADS: u32 = 16;
+    const EVENTS: u64 = 32_768 * 2;
+    let c = RingConfig::DEFAULT;
+    let mut mem = Mem::new(&c);
+    let ring = mem.init(&c);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let ring = &ring;
+            s.spawn(move || {
+                for i in 0..EVENTS {
+                    assert!(ring.push(rec(t, i)), "thread {t} dropped event {i}");
+                }
+            });
+        }
+    });
+    assert_eq!(ring.dropped(), 0);
+    assert!(!ring.push(rec(0, 0)), "and then it is full");
+    let mut n = 0u64;
+    while ring.drain(1 << 16, &mut |_| n += 1).count > 0 {}
+    assert_eq!(n, THREADS as u64 * EVENTS);
+}

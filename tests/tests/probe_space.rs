@@ -111,7 +111,7 @@ fn a_ring_over_the_file_size_limit_turns_the_probe_off_not_the_host() {
         "{out:?}"
     );
     assert!(
-        err.contains("fragprobe: a ring of 18 MiB is over this process's file-size limit (ulimit -f); probe off"),
+        err.contains("fragprobe: a ring of 101 MiB is over this process's file-size limit (ulimit -f); probe off"),
         "{err}"
     );
     assert_eq!(
