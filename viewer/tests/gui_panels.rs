@@ -492,3 +492,99 @@ fn clicking_the_timeline_moves_the_cursor_and_the_map_follows() {
             .live_count
     );
 }
+
+/// Sends every record of `s` from the `from`-th into the feed `tx`.
+fn send_from(s: &Synth, from: usize, tx: &fragprobe_viewer::pipeline::FeedSender) {
+    for r in &s.records[from..] {
+        let meta = s
+            .metas
+            .iter()
+            .find(|(p, k, _)| *p == r.pid && *k == r.meta && r.meta != 0)
+            .map(|m| m.2.as_slice());
+        tx.send(r, meta);
+    }
+}
+
+#[test]
+fn at_peak_and_at_seconds_wait_for_the_trace_to_load() {
+    use fragprobe_viewer::gui::app::At;
+    // A window opens before its trace has loaded: `--at` must land where it says once
+    // the records are in, not at the start.
+    let mut s = fragmented(120, None);
+    // Times off the millisecond grid: the scrub slider once rounded the cursor's time to
+    // milliseconds and moved it there on the next frame.
+    for (i, r) in s.records.iter_mut().enumerate() {
+        r.ts_ns += i as u64 * 123_457;
+    }
+    let peak_at = s.model_after(s.records.len()).spaces()[0]
+        .summary()
+        .peak_at
+        .unwrap()
+        .ts_ns;
+    for (at, want) in [
+        (At::Peak, peak_at),
+        (
+            At::Seconds((peak_at - s.records[0].ts_ns) as f64 / 1e9),
+            peak_at,
+        ),
+    ] {
+        let (tx, rx) = feed("opening");
+        let run = Run::start(0, Source::Feed(rx)).unwrap();
+        let mut v = viewer_over(vec![run.clone()]);
+        v.go_to(at);
+        assert_eq!(v.pending_at, Some(at), "nothing is loaded yet");
+        let mut h = harness(v);
+        h.run_steps(2);
+        assert_eq!(h.state().pending_at, Some(at), "{at:?} waits for the load");
+        send_from(&s, 0, &tx);
+        drop(tx);
+        assert!(run.wait_loaded(WAIT));
+        settle(&mut h);
+        assert_eq!(h.state().pending_at, None);
+        let cursor = h.state().cursor_time();
+        assert_eq!(cursor, Some(want), "{at:?}");
+        run.stop();
+    }
+}
+
+#[test]
+fn a_live_view_follows_the_newest_event_until_the_user_scrubs() {
+    use fragprobe_viewer::gui::app::At;
+    let (tx, rx) = feed("live");
+    let run = Run::start(0, Source::Feed(rx)).unwrap();
+    let mut v = viewer_over(vec![run.clone()]);
+    v.go_to(At::End);
+    let mut h = harness(v);
+    let mut s = Synth::new(121, None);
+    s.alloc(BASE, 10 * MIB);
+    send_from(&s, 0, &tx);
+    let wait_applied = |n: usize| {
+        for _ in 0..400 {
+            if run.head().applied() >= n {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("the feed was not applied");
+    };
+    wait_applied(s.records.len());
+    h.run_steps(3);
+    assert_eq!(h.state().cursor, None, "the latest state");
+    assert!(h
+        .query_by_label_contains("following the newest event")
+        .is_some());
+    // More events arrive: still the newest.
+    let before = s.records.len();
+    s.alloc(BASE + 16 * MIB, 10 * MIB);
+    send_from(&s, before, &tx);
+    wait_applied(s.records.len());
+    h.run_steps(3);
+    assert_eq!(h.state().cursor, None);
+    // The user goes to the start: the cursor holds there and the view says so.
+    press(&mut h, Key::Home);
+    h.run_steps(3);
+    assert_eq!(h.state().cursor, Some(0));
+    assert!(h.query_by_label_contains("cursor held at").is_some());
+    drop(tx);
+    run.stop();
+}

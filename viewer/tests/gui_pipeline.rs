@@ -275,3 +275,27 @@ fn a_trace_with_checkpoints_opens_from_the_last_one_then_fills_the_history() {
     );
     run.stop();
 }
+
+#[test]
+fn compare_overlays_runs_from_each_ones_first_allocation() {
+    use fragprobe_viewer::pipeline::view::compare_run;
+    let dir = gui_support::temp_dir("align");
+    // The same workload twice; the second spends 600 ms in start-up before allocating.
+    let a = gui_support::fragmented(31, None);
+    let mut b = gui_support::fragmented(32, None);
+    for r in b.records.iter_mut().skip(2) {
+        r.ts_ns += 600_000_000;
+    }
+    let ra = gui_support::loaded_run(&a, &dir, "a.fpt", 0);
+    let rb = gui_support::loaded_run(&b, &dir, "b.fpt", 1);
+    let ca = compare_run(&ra.head(), "a", false, 200);
+    let cb = compare_run(&rb.head(), "b", false, 200);
+    let first_live = |pts: &[[f64; 2]]| pts.iter().find(|p| p[1] > 0.0).map(|p| p[0]).unwrap();
+    let (xa, xb) = (first_live(&ca.live), first_live(&cb.live));
+    assert!((xa - xb).abs() < 1e-3, "aligned: {xa} vs {xb}");
+    assert!(xa < 0.01, "from the first allocation: {xa}");
+    assert!(
+        cb.stats.duration_s > ca.stats.duration_s + 0.5,
+        "the duration still counts it"
+    );
+}

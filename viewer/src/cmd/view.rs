@@ -13,6 +13,7 @@ use fragprobe_shared::format::check_version;
 use fragprobe_shared::trace::TRACE_MAGIC;
 
 use crate::exit;
+pub use crate::gui::app::At;
 use crate::gui::app::{self, App, Viewer};
 use crate::gui::options::{Options, Tab};
 use crate::gui::screenshot;
@@ -57,17 +58,6 @@ pub struct Args {
     #[command(flatten)]
     #[allow(missing_docs)]
     pub nvml: NvmlArgs,
-}
-
-/// Where the time cursor goes.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum At {
-    /// Seconds since the first record.
-    Seconds(f64),
-    /// When live bytes peaked.
-    Peak,
-    /// The latest state.
-    End,
 }
 
 /// Parses `--at`.
@@ -236,31 +226,8 @@ pub fn open_live(feed: FeedReceiver, opts: &LiveOptions) -> anyhow::Result<ExitC
 }
 
 fn apply_at(viewer: &mut Viewer, at: Option<At>) {
-    let Some(at) = at else { return };
-    viewer.auto_cursor = false;
-    let Some(run) = viewer.run().cloned() else {
-        return;
-    };
-    match at {
-        At::End => viewer.set_cursor(None),
-        At::Seconds(s) => {
-            let t0 = run.head().t_first;
-            viewer.set_cursor_time(t0.saturating_add((s * 1e9) as u64));
-        }
-        At::Peak => {
-            let t = {
-                let h = run.head();
-                h.model
-                    .spaces()
-                    .iter()
-                    .filter_map(|s| s.summary().peak_at)
-                    .max_by_key(|w| w.ts_ns)
-                    .map(|w| w.ts_ns)
-            };
-            if let Some(t) = t {
-                viewer.set_cursor_time(t);
-            }
-        }
+    if let Some(at) = at {
+        viewer.go_to(at);
     }
 }
 

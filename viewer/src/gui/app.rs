@@ -70,6 +70,17 @@ struct OpenDialog {
 }
 
 /// The whole viewer's state.
+/// Where the time cursor goes (`view --at`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum At {
+    /// Seconds since the first record.
+    Seconds(f64),
+    /// When live bytes peaked (the highest peak of any space).
+    Peak,
+    /// The latest state; in a live view, the newest event, followed as events arrive.
+    End,
+}
+
 pub struct Viewer {
     /// Remembered settings.
     pub options: Options,
@@ -98,6 +109,9 @@ pub struct Viewer {
     /// Build the map's cells and the space list on background threads (the window does;
     /// tests and screenshots build them in the frame, deterministically).
     pub background: bool,
+    /// Where `--at` asked the cursor to go, until the run is loaded far enough to say
+    /// where that is (see [`Viewer::go_to`]).
+    pub pending_at: Option<At>,
     open_dialog: Option<OpenDialog>,
     live_baselines: HashMap<(u32, i16), view::Baselines>,
     spaces_cache: Option<SpacesCache>,
@@ -123,6 +137,7 @@ impl Viewer {
             help_open: false,
             nvml,
             status: None,
+            pending_at: None,
             auto_cursor: true,
             background: false,
             open_dialog: None,
@@ -162,6 +177,51 @@ impl Viewer {
     /// The selected run.
     pub fn run(&self) -> Option<&Arc<Run>> {
         self.runs.get(self.selected)
+    }
+
+    /// Moves the cursor to `at` as soon as the selected run is loaded far enough to know
+    /// where that is: at once for `End` (a live view then follows the newest event), once
+    /// the whole trace is in for a time or the peak. A window is opened before its trace
+    /// has loaded, so placing the cursor at once would put it at the start.
+    pub fn go_to(&mut self, at: At) {
+        self.auto_cursor = false;
+        self.pending_at = Some(at);
+        self.apply_pending_at();
+    }
+
+    fn apply_pending_at(&mut self) {
+        let Some(at) = self.pending_at else {
+            return;
+        };
+        let Some(run) = self.run().cloned() else {
+            return;
+        };
+        if at == At::End {
+            self.pending_at = None;
+            self.set_cursor(None);
+            return;
+        }
+        if !run.progress.finished() || !run.progress.history_ready() {
+            return;
+        }
+        self.pending_at = None;
+        let t = {
+            let h = run.head();
+            match at {
+                At::Seconds(s) => Some(h.t_first.saturating_add((s * 1e9) as u64)),
+                At::Peak => h
+                    .model
+                    .spaces()
+                    .iter()
+                    .filter_map(|s| Some((s.summary().peak_live, s.summary().peak_at?)))
+                    .max_by_key(|(peak, w)| (*peak, std::cmp::Reverse(w.ts_ns)))
+                    .map(|(_, w)| w.ts_ns),
+                At::End => None,
+            }
+        };
+        if let Some(t) = t {
+            self.set_cursor_time(t);
+        }
     }
 
     /// Moves the time cursor to "after the first `index` records" (`None`: latest).
@@ -300,6 +360,7 @@ impl Viewer {
         }
         self.dropped_files(ui);
         self.tick(now);
+        self.apply_pending_at();
         self.auto_position();
 
         egui::Panel::top("menu").show(ui, |ui| self.top_bar(ui));
@@ -552,7 +613,16 @@ impl Viewer {
                         ));
                     }
                     None => {
-                        ui.label(format!("live: {} events so far", done));
+                        let follow = match self.cursor_time() {
+                            None => "following the newest event (scrub or step to hold the \
+                                     cursor; End follows again)"
+                                .to_string(),
+                            Some(t) => format!(
+                                "cursor held at {:.3} s (End follows the newest event again)",
+                                t.saturating_sub(run.head().t_first) as f64 / 1e9
+                            ),
+                        };
+                        ui.label(format!("live: {done} events so far, {follow}"));
                     }
                 }
             });

@@ -42,7 +42,7 @@ pub struct Run {
     pub file: String,
     /// Figures over the whole run.
     pub stats: Stats,
-    /// Live bytes over time: `[seconds since the run's start, bytes]`.
+    /// Live bytes over time: `[seconds since the run's first allocation, bytes]`.
     pub live: Vec<[f64; 2]>,
     /// Fragmentation ratio over time.
     pub ratio: Vec<[f64; 2]>,
@@ -51,6 +51,9 @@ pub struct Run {
     /// Allocator-level figures `(label, value)` of a PyTorch snapshot (empty otherwise).
     pub allocator: Vec<(String, String)>,
 }
+
+/// What the overlaid curves' time axis counts from.
+pub const ALIGNED: &str = "seconds since each run's first allocation";
 
 /// How one row of the table shows a run's stats.
 type StatText = dyn Fn(&Stats) -> String;
@@ -135,6 +138,7 @@ pub fn ui(ui: &mut Ui, runs: &[Run]) {
         .height(h)
         .legend(Legend::default())
         .link_axis(link, [true, false])
+        .x_axis_label(ALIGNED)
         .include_y(0.0)
         .y_axis_formatter(|m, _| human_bytes(m.value.max(0.0) as u64))
         .show(ui, |p| {
@@ -146,6 +150,7 @@ pub fn ui(ui: &mut Ui, runs: &[Run]) {
         .height(h)
         .legend(Legend::default())
         .link_axis(link, [true, false])
+        .x_axis_label(ALIGNED)
         .include_y(0.0)
         .include_y(1.0)
         .show(ui, |p| {

@@ -113,9 +113,12 @@ pub fn ui(
         let mut at = cursor
             .map(|c| c.saturating_sub(t0) as f64 / 1e9)
             .unwrap_or(len);
+        // Shown to the millisecond, but not rounded: a slider that rounds its value
+        // reports a change every frame and drags the cursor off where it was put
+        // (`--at 0.0503` ended at 0.049 s).
         let slider = egui::Slider::new(&mut at, 0.0..=len.max(1e-9))
             .suffix(" s")
-            .max_decimals(3)
+            .custom_formatter(|v, _| format!("{v:.3}"))
             .text("scrub");
         if ui.add(slider).changed() {
             action = Some(Action::Seek(t0.saturating_add((at * 1e9) as u64)));

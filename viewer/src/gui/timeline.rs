@@ -82,6 +82,10 @@ pub fn ui(ui: &mut Ui, opts: &Options, input: &Input, cursor: Option<f64>) -> Op
     let bytes_fmt = |mark: egui_plot::GridMark, _r: &std::ops::RangeInclusive<f64>| {
         human_bytes(mark.value.max(0.0) as u64)
     };
+    // Both plots span the same seconds: each fits its own data, so both are told the
+    // extent of all of it (a bytes curve that runs on past the last ratio point, NVML
+    // samples after the last record, must not stretch one time axis and not the other).
+    let (x0, x1) = x_extent(input);
     let avail = ui.available_height() - 8.0;
     let (bytes_h, ratio_h) = if opts.show_ratio {
         let b = (avail * 0.62).max(opts.height.min(avail).max(80.0));
@@ -98,9 +102,10 @@ pub fn ui(ui: &mut Ui, opts: &Options, input: &Input, cursor: Option<f64>) -> Op
         .allow_boxed_zoom(false)
         .y_axis_min_width(AXIS_WIDTH)
         .include_y(0.0)
-        .include_x(input.span.0)
-        .include_x(input.span.1)
+        .include_x(x0)
+        .include_x(x1)
         .y_axis_formatter(bytes_fmt)
+        .x_axis_formatter(seconds)
         .label_formatter(|h| {
             let (name, p) = match h {
                 egui_plot::HoverPosition::NearDataPoint {
@@ -158,8 +163,9 @@ pub fn ui(ui: &mut Ui, opts: &Options, input: &Input, cursor: Option<f64>) -> Op
             .y_axis_min_width(AXIS_WIDTH)
             .include_y(0.0)
             .include_y(1.0)
-            .include_x(input.span.0)
-            .include_x(input.span.1)
+            .include_x(x0)
+            .include_x(x1)
+            .x_axis_formatter(seconds)
             .show(ui, |p| {
                 for c in &input.ratio {
                     p.line(curve_line(c));
@@ -169,6 +175,36 @@ pub fn ui(ui: &mut Ui, opts: &Options, input: &Input, cursor: Option<f64>) -> Op
         moved = moved.or(cursor_from(&resp));
     }
     moved
+}
+
+/// The seconds every curve, marker and the run's span cover, in both plots.
+pub fn x_extent(input: &Input) -> (f64, f64) {
+    let xs = input
+        .bytes
+        .iter()
+        .chain(&input.ratio)
+        .flat_map(|c| c.points.iter().map(|p| p[0]))
+        .chain(input.markers.iter().map(|m| m.t))
+        .chain([input.span.0, input.span.1])
+        .filter(|x| x.is_finite());
+    let (lo, hi) = xs.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), x| {
+        (lo.min(x), hi.max(x))
+    });
+    if !lo.is_finite() {
+        return (0.0, MIN_SPAN_S);
+    }
+    // Everything at one moment (a snapshot whose trace has no times): a millisecond wide,
+    // not a plot library's default of ±10^10 drawn in raw units.
+    (lo, hi.max(lo + MIN_SPAN_S))
+}
+
+/// The narrowest time axis drawn, in seconds.
+const MIN_SPAN_S: f64 = 1e-3;
+
+/// Time-axis labels: seconds, with as many decimals as the grid step needs.
+fn seconds(mark: egui_plot::GridMark, _r: &std::ops::RangeInclusive<f64>) -> String {
+    let decimals = (-mark.step_size.log10()).ceil().clamp(0.0, 9.0) as usize;
+    format!("{:.*} s", decimals, mark.value)
 }
 
 fn legend() -> Legend {
@@ -203,4 +239,39 @@ fn cursor_from<R>(resp: &egui_plot::PlotResponse<R>) -> Option<f64> {
         return Some(resp.transform.value_from_position(pos).x);
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_plots_span_the_seconds_of_all_their_curves() {
+        let curve = |pts: &[[f64; 2]]| Curve {
+            name: "c".into(),
+            colour: Color32::WHITE,
+            points: pts.to_vec(),
+            dashed: false,
+        };
+        let input = Input {
+            bytes: vec![curve(&[[0.0, 1.0], [3.0, 2.0]])],
+            ratio: vec![curve(&[[0.5, 0.1], [1.0, 0.2]])],
+            markers: vec![Marker {
+                t: 3.5,
+                text: String::new(),
+            }],
+            device_total: None,
+            span: (0.2, 2.0),
+        };
+        assert_eq!(x_extent(&input), (0.0, 3.5));
+        // All at one moment: a millisecond wide.
+        let at_once = Input {
+            bytes: vec![curve(&[[0.0, 1.0], [0.0, 2.0]])],
+            ..Input::default()
+        };
+        assert_eq!(x_extent(&at_once), (0.0, MIN_SPAN_S));
+        let mark = |value, step_size| egui_plot::GridMark { value, step_size };
+        assert_eq!(seconds(mark(0.0002, 0.0001), &(0.0..=1.0)), "0.0002 s");
+        assert_eq!(seconds(mark(2.0, 1.0), &(0.0..=1.0)), "2 s");
+    }
 }

@@ -490,11 +490,21 @@ pub fn compare_run(head: &Head, name: &str, loading: bool, buckets: usize) -> co
     run.stats.min_largest_free = s.min_largest_free;
     run.stats.final_live = m.space_final(id).totals.live_bytes;
     let n = buckets.max(16);
+    // Runs are overlaid from each one's first allocation (live bytes first above 0), not
+    // from its first record: start-up before it (Python's imports, a sweep's first run
+    // warming the page cache) would shift one run's curves right of another's.
+    let align = sp
+        .series()
+        .get(Metric::Live)
+        .points()
+        .find(|b| b.max > 0.0)
+        .map_or(t0, |b| b.t)
+        .clamp(t0, t1);
     run.live = curve(
         sp.series().get(Metric::Live),
         "",
         egui::Color32::WHITE,
-        t0,
+        align,
         t1,
         n,
     )
@@ -503,7 +513,7 @@ pub fn compare_run(head: &Head, name: &str, loading: bool, buckets: usize) -> co
         sp.series().get(Metric::FragRatio),
         "",
         egui::Color32::WHITE,
-        t0,
+        align,
         t1,
         n,
     )
