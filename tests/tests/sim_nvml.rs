@@ -115,5 +115,64 @@ fn nvml_child_checks() {
             nvml_wrapper::enum_wrappers::device::EccCounter::Aggregate
         )
         .is_err());
-    assert!(dev.mig_mode().is_err());
+
+    // What nvitop, gpustat and nvidia-ml-py scripts ask besides memory: all answered, as
+    // an H100-class part on Linux answers (tools/README: pointing them at the simulation).
+    use nvml_wrapper::enum_wrappers::device::ComputeMode;
+    use nvml_wrapper::enums::device::DeviceArchitecture;
+    let mig = dev.mig_mode().expect("MIG supported");
+    assert_eq!((mig.current, mig.pending), (0, 0), "and disabled");
+    assert_eq!(dev.mig_device_count().unwrap(), 7);
+    assert!(!dev.mig_is_mig_device_handle().unwrap());
+    let temp = dev.temperature(TemperatureSensor::Gpu).unwrap();
+    assert_eq!(dev.num_fans().unwrap(), 1);
+    assert_eq!(
+        dev.fan_speed(0).unwrap(),
+        (30 + (temp - 30) * 70 / 50).min(100)
+    );
+    for u in [
+        dev.encoder_utilization().unwrap(),
+        dev.decoder_utilization().unwrap(),
+    ] {
+        assert_eq!((u.utilization, u.sampling_period), (0, 167_000));
+    }
+    assert!(!dev.is_display_active().unwrap());
+    assert!(dev.is_in_persistent_mode().unwrap());
+    assert_eq!(dev.compute_mode().unwrap(), ComputeMode::Default);
+    let cc = dev.cuda_compute_capability().unwrap();
+    assert_eq!((cc.major, cc.minor), (9, 0));
+    assert_eq!(dev.architecture().unwrap(), DeviceArchitecture::Hopper);
+    assert_eq!(dev.minor_number().unwrap(), 0);
+    let serial = dev.serial().unwrap();
+    assert!(
+        serial.len() == 13 && serial.bytes().all(|b| b.is_ascii_digit()),
+        "{serial}"
+    );
+    let bar1 = dev.bar1_memory_info().unwrap();
+    assert_eq!(bar1.total, total, "4 GiB rounds up to itself");
+    assert_eq!(bar1.used, if active { 2 * MIB } else { 0 });
+    assert_eq!(bar1.free, bar1.total - bar1.used);
+    let e1 = dev.total_energy_consumption().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    assert!(
+        dev.total_energy_consumption().unwrap() > e1,
+        "energy only grows"
+    );
+    let samples = dev.process_utilization_stats(None);
+    if active {
+        let samples = samples.unwrap();
+        assert_eq!(samples.len(), 1);
+        assert_eq!(samples[0].pid, pid);
+        assert_eq!(samples[0].sm_util, util.gpu);
+    } else {
+        assert!(
+            samples.is_err(),
+            "no process, no samples (NVML_ERROR_NOT_FOUND)"
+        );
+    }
+    // PyTorch's expandable segments look the device up by its bus id (the _v2 lookup).
+    for bus in ["00000000:18:00.0", "0000:18:00.0"] {
+        assert_eq!(nvml.device_by_pci_bus_id(bus).unwrap().index().unwrap(), 0);
+    }
+    assert!(nvml.device_by_pci_bus_id("0000:99:00.0").is_err());
 }

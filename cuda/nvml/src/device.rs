@@ -8,11 +8,11 @@ use fragprobe_simgpu::state::SharedState;
 use std::ffi::{c_char, c_uint, c_void, CStr};
 
 /// `nvmlDevice_t`: an opaque pointer; here the device index in a tagged value.
-type Device = *mut c_void;
+pub(crate) type Device = *mut c_void;
 
 const HANDLE_TAG: usize = 0xD0 << 40;
 
-fn handle(index: usize) -> Device {
+pub(crate) fn handle(index: usize) -> Device {
     (HANDLE_TAG | (index + 1)) as Device
 }
 
@@ -31,7 +31,7 @@ fn index(st: &SharedState, dev: Device) -> Result<usize, u32> {
 }
 
 /// Runs `f` with the device index of `dev`.
-fn with_device(dev: Device, f: impl FnOnce(&SharedState, usize) -> u32) -> u32 {
+pub(crate) fn with_device(dev: Device, f: impl FnOnce(&SharedState, usize) -> u32) -> u32 {
     with_state(|st| match index(st, dev) {
         Ok(i) => f(st, i),
         Err(e) => e,
@@ -52,7 +52,7 @@ fn memory(st: &SharedState, i: usize) -> (u64, u64, u64, u64) {
     (total, r, used, total.saturating_sub(r).saturating_sub(used))
 }
 
-fn telemetry(st: &SharedState, i: usize) -> ident::Telemetry {
+pub(crate) fn telemetry(st: &SharedState, i: usize) -> ident::Telemetry {
     let (total, _, used, _) = memory(st, i);
     let active = st.processes(i).iter().any(|p| p.contexts > 0);
     ident::telemetry(used, total, active)
@@ -523,19 +523,6 @@ pub unsafe extern "C" fn nvmlDeviceGetTotalEccErrors(
     _kind: c_uint,
     _counter: c_uint,
     _count: *mut u64,
-) -> u32 {
-    with_device(dev, |_, _| NVML_ERROR_NOT_SUPPORTED)
-}
-
-/// MIG is not simulated.
-///
-/// # Safety
-/// No pointer is dereferenced.
-#[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetMigMode(
-    dev: Device,
-    _current: *mut c_uint,
-    _pending: *mut c_uint,
 ) -> u32 {
     with_device(dev, |_, _| NVML_ERROR_NOT_SUPPORTED)
 }

@@ -17,6 +17,7 @@
 
 mod device;
 mod system;
+mod tools;
 
 pub use device::*;
 pub use system::*;
