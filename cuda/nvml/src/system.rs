@@ -47,7 +47,13 @@ pub unsafe extern "C" fn nvmlErrorString(result: u32) -> *const c_char {
 #[no_mangle]
 pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, len: c_uint) -> u32 {
     // SAFETY: forwarded caller contract.
-    crate::with_state(|_| unsafe { put_str(version, len, ident::DISPLAY_DRIVER_VERSION) })
+    crate::with_state(|_| unsafe {
+        put_str(
+            version,
+            len,
+            ident::display_driver_version_for(ident::driver_version()),
+        )
+    })
 }
 
 /// # Safety
@@ -63,7 +69,7 @@ pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, len: c_u
 #[no_mangle]
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(version: *mut c_int) -> u32 {
     // SAFETY: forwarded caller contract.
-    crate::with_state(|_| unsafe { put(version, ident::DRIVER_VERSION) })
+    crate::with_state(|_| unsafe { put(version, ident::driver_version()) })
 }
 
 /// # Safety
@@ -71,7 +77,7 @@ pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion(version: *mut c_int) -> 
 #[no_mangle]
 pub unsafe extern "C" fn nvmlSystemGetCudaDriverVersion_v2(version: *mut c_int) -> u32 {
     // SAFETY: forwarded caller contract.
-    crate::with_state(|_| unsafe { put(version, ident::DRIVER_VERSION) })
+    crate::with_state(|_| unsafe { put(version, ident::driver_version()) })
 }
 
 /// The process's command name (`/proc/<pid>/comm`).

@@ -302,6 +302,22 @@ impl Gpu {
             .context_removed(self.slot, self.physical[c.device]);
     }
 
+    /// The device of `ctx` when it is live, activating it first when it is a primary
+    /// context handed out inactive (NVIDIA's runtime gets primary contexts that way and
+    /// makes them current): a primary context costs device memory only from its first use.
+    pub fn ctx_device_activating(&mut self, ctx: u64) -> CuResult<usize> {
+        if let Ok(d) = self.ctx_device(ctx) {
+            return Ok(d);
+        }
+        match (0..self.device_count()).find(|&d| primary_handle(d) == ctx) {
+            Some(d) if self.devices[d].primary_refs == 0 => {
+                self.primary_retain(d)?;
+                Ok(d)
+            }
+            _ => self.ctx_device(ctx),
+        }
+    }
+
     pub fn primary_retain(&mut self, d: usize) -> CuResult<u64> {
         let h = primary_handle(d);
         if self.devices[d].primary_refs == 0 {

@@ -9,8 +9,44 @@
 
 use crate::size::format_size;
 
-/// `CUDA_VERSION` / `cuDriverGetVersion` of the simulated driver.
+/// `CUDA_VERSION` / `cuDriverGetVersion` of the simulated driver, unless
+/// `FRAGPROBE_SIM_DRIVER_VERSION` says otherwise (see [`driver_version`]).
 pub const DRIVER_VERSION: i32 = 12080;
+/// The variable that sets the simulated driver's CUDA version: `13000` or `13.0`.
+pub const ENV_DRIVER_VERSION: &str = "FRAGPROBE_SIM_DRIVER_VERSION";
+
+/// Parses a CUDA version as the driver reports it (`12080`) or as people write it (`13.0`).
+pub fn parse_driver_version(s: &str) -> Option<i32> {
+    let s = s.trim();
+    let v = match s.split_once('.') {
+        Some((maj, min)) => maj.parse::<i32>().ok()? * 1000 + min.parse::<i32>().ok()? * 10,
+        None => s.parse().ok()?,
+    };
+    (9000..100_000).contains(&v).then_some(v)
+}
+
+/// The CUDA version the simulated driver reports (`cuDriverGetVersion`, NVML's
+/// `nvmlSystemGetCudaDriverVersion`): `FRAGPROBE_SIM_DRIVER_VERSION` when set and valid,
+/// else [`DRIVER_VERSION`]. A CUDA 13 runtime (PyTorch's cu13x wheels) refuses a 12.x
+/// driver: run those with `FRAGPROBE_SIM_DRIVER_VERSION=13.0` or later.
+pub fn driver_version() -> i32 {
+    static V: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var(ENV_DRIVER_VERSION)
+            .ok()
+            .and_then(|s| parse_driver_version(&s))
+            .unwrap_or(DRIVER_VERSION)
+    })
+}
+
+/// The display driver that ships `version`'s CUDA: R570 for 12.8, R580 for 13.x.
+pub fn display_driver_version_for(version: i32) -> &'static str {
+    if version >= 13000 {
+        "580.95.05"
+    } else {
+        DISPLAY_DRIVER_VERSION
+    }
+}
 /// Version string of the simulated display driver (`nvmlSystemGetDriverVersion`).
 pub const DISPLAY_DRIVER_VERSION: &str = "570.124.06";
 /// `nvmlSystemGetNVMLVersion`.
@@ -202,6 +238,11 @@ mod tests {
         let s = uuid_string(1);
         assert!(s.starts_with("GPU-") && s.len() == 40, "{s}");
         assert_eq!(pci_bus_id(0), "0000:18:00.0");
+        assert_eq!(parse_driver_version("13.0"), Some(13000));
+        assert_eq!(parse_driver_version("12080"), Some(12080));
+        assert_eq!(parse_driver_version("13.5"), Some(13050));
+        assert_eq!(parse_driver_version("garbage"), None);
+        assert_eq!(display_driver_version_for(13000), "580.95.05");
         assert_eq!(nvml_bus_id(1), "00000000:28:00.0");
         assert_eq!(attribute(115, 0), Some(1));
         assert_eq!(attribute(75, 0), Some(9));

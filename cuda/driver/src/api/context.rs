@@ -224,7 +224,7 @@ pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> u32 {
     run(|g| {
         let h = ctx_val(ctx);
         if h != 0 {
-            g.ctx_device(h)?;
+            g.ctx_device_activating(h)?;
         }
         current::set_current(h);
         Ok(())
@@ -237,7 +237,7 @@ pub unsafe extern "C" fn cuCtxSetCurrent(ctx: CUcontext) -> u32 {
 pub unsafe extern "C" fn cuCtxPushCurrent_v2(ctx: CUcontext) -> u32 {
     run(|g| {
         let h = ctx_val(ctx);
-        g.ctx_device(h)?;
+        g.ctx_device_activating(h)?;
         current::push(h);
         Ok(())
     })

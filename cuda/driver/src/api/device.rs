@@ -4,7 +4,7 @@ use super::{code, put};
 use crate::with_gpu;
 use fragprobe_simgpu::codes::*;
 use fragprobe_simgpu::ident;
-use std::ffi::{c_char, c_int, c_uint, c_void, CStr};
+use std::ffi::{c_char, c_int, c_uint, CStr};
 
 /// Copies `s` into a C buffer of `len` bytes, truncating, always NUL-terminated.
 ///
@@ -38,7 +38,7 @@ pub unsafe extern "C" fn cuInit(flags: c_uint) -> u32 {
 #[no_mangle]
 pub unsafe extern "C" fn cuDriverGetVersion(version: *mut c_int) -> u32 {
     // SAFETY: forwarded caller contract.
-    code(unsafe { put(version, ident::DRIVER_VERSION) })
+    code(unsafe { put(version, ident::driver_version()) })
 }
 
 /// # Safety
@@ -229,16 +229,4 @@ pub unsafe extern "C" fn cuGetErrorString(error: u32, out: *mut *const c_char) -
             CUDA_ERROR_INVALID_VALUE
         }
     }
-}
-
-/// The real driver hands its private tables to NVIDIA's runtime here. The simulation has
-/// none, which is why NVIDIA's libcudart cannot run on it (fragprobe ships its own).
-///
-/// # Safety
-/// `table` must be NULL or valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn cuGetExportTable(table: *mut *const c_void, _id: *const c_void) -> u32 {
-    // SAFETY: forwarded caller contract.
-    let _ = unsafe { put(table, std::ptr::null()) };
-    CUDA_ERROR_NOT_SUPPORTED
 }

@@ -4,6 +4,7 @@
 
 mod context;
 mod device;
+mod export;
 mod memory;
 mod pool;
 mod procaddr;
@@ -12,6 +13,7 @@ mod vmm;
 
 pub use context::*;
 pub use device::*;
+pub use export::*;
 pub use memory::*;
 pub use pool::*;
 pub use procaddr::*;
