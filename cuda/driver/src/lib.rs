@@ -135,8 +135,13 @@ fn init_failed(msg: &str) -> u32 {
     code
 }
 
-/// What every not-simulated entry point returns.
-pub(crate) fn stub_called(_name: &str) -> u32 {
+/// What every not-simulated entry point returns. With `FRAGPROBE_SIM_TRACE_STUBS` set, the
+/// call is also named on stderr: how to find what a program needs that is not simulated.
+pub(crate) fn stub_called(name: &str) -> u32 {
+    static TRACE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    if *TRACE.get_or_init(|| std::env::var_os("FRAGPROBE_SIM_TRACE_STUBS").is_some()) {
+        eprintln!("fragprobe simulated GPU: {name} is not simulated (CUDA_ERROR_NOT_SUPPORTED)");
+    }
     fragprobe_simgpu::codes::CUDA_ERROR_NOT_SUPPORTED
 }
 

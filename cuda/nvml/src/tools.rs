@@ -468,6 +468,43 @@ pub unsafe extern "C" fn nvmlDeviceGetConfComputeMemSizeInfo(
     with_device(dev, |_, _| NVML_ERROR_NOT_SUPPORTED)
 }
 
+/// The simulated GPUs have no NVLink (PCIe only): PyTorch's expandable segments ask, and
+/// take "not supported" as no peer over NVLink.
+///
+/// # Safety
+/// No pointer is dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemoteDeviceType(
+    dev: Device,
+    _link: c_uint,
+    _kind: *mut c_uint,
+) -> u32 {
+    with_device(dev, |_, _| NVML_ERROR_NOT_SUPPORTED)
+}
+
+/// # Safety
+/// No pointer is dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(
+    dev: Device,
+    _link: c_uint,
+    _pci: *mut std::ffi::c_void,
+) -> u32 {
+    with_device(dev, |_, _| NVML_ERROR_NOT_SUPPORTED)
+}
+
+/// No NVSwitch fabric: not supported, as on a PCIe card.
+///
+/// # Safety
+/// No pointer is dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
+    dev: Device,
+    _info: *mut std::ffi::c_void,
+) -> u32 {
+    with_device(dev, |_, _| NVML_ERROR_NOT_SUPPORTED)
+}
+
 /// `nvmlTemperature_v1_t`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]

@@ -5,6 +5,7 @@
 mod context;
 mod device;
 mod export;
+mod kernel;
 mod memory;
 mod pool;
 mod procaddr;
@@ -14,6 +15,7 @@ mod vmm;
 pub use context::*;
 pub use device::*;
 pub use export::*;
+pub use kernel::*;
 pub use memory::*;
 pub use pool::*;
 pub use procaddr::*;
