@@ -1,5 +1,6 @@
 //! Helpers for the end-to-end tests.
 
+pub mod cache;
 pub mod probe;
 pub mod rng;
 pub mod scratch;

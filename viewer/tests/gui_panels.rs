@@ -315,14 +315,7 @@ fn live_feed_shows_nvml_unavailable_and_ring_drops() {
         size: 7,
         ..Record::default()
     });
-    for r in &s.records {
-        let meta = s
-            .metas
-            .iter()
-            .find(|(p, k, _)| *p == r.pid && *k == r.meta && r.meta != 0)
-            .map(|m| m.2.as_slice());
-        tx.send(r, meta);
-    }
+    send_from(&s, 0, &tx);
     let v = Viewer::new(
         vec![run.clone()],
         Options::default(),
@@ -491,18 +484,6 @@ fn clicking_the_timeline_moves_the_cursor_and_the_map_follows() {
             .totals()
             .live_count
     );
-}
-
-/// Sends every record of `s` from the `from`-th into the feed `tx`.
-fn send_from(s: &Synth, from: usize, tx: &fragprobe_viewer::pipeline::FeedSender) {
-    for r in &s.records[from..] {
-        let meta = s
-            .metas
-            .iter()
-            .find(|(p, k, _)| *p == r.pid && *k == r.meta && r.meta != 0)
-            .map(|m| m.2.as_slice());
-        tx.send(r, meta);
-    }
 }
 
 #[test]

@@ -174,14 +174,7 @@ fn a_feed_is_ingested_like_a_trace_and_ends_when_the_sender_drops() {
     let (tx, rx) = feed("run --view");
     let run = Run::start(0, Source::Feed(rx)).unwrap();
     assert!(run.live);
-    for r in &s.records {
-        let meta = s
-            .metas
-            .iter()
-            .find(|(p, k, _)| *p == r.pid && *k == r.meta && r.meta != 0)
-            .map(|m| m.2.as_slice());
-        tx.send(r, meta);
-    }
+    send_from(&s, 0, &tx);
     tx.set_dropped(0);
     assert!(
         !run.wait_loaded(Duration::from_millis(100)) || run.head().applied() == s.records.len()

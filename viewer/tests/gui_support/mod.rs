@@ -189,6 +189,19 @@ pub fn temp_dir(name: &str) -> fragprobe_tests::scratch::Scratch {
     )
 }
 
+/// Sends the records of `s` from the `from`-th on into the feed `tx`, each with the
+/// metadata entry it points at (as the recorder's sink does).
+pub fn send_from(s: &Synth, from: usize, tx: &fragprobe_viewer::pipeline::FeedSender) {
+    for r in &s.records[from..] {
+        let meta = s
+            .metas
+            .iter()
+            .find(|(p, k, _)| *p == r.pid && *k == r.meta && r.meta != 0)
+            .map(|m| m.2.as_slice());
+        tx.send(r, meta);
+    }
+}
+
 /// Writes `s` to `dir/name` and starts a run over it, loaded.
 pub fn loaded_run(s: &Synth, dir: &Path, name: &str, id: usize) -> Arc<Run> {
     let p = dir.join(name);
