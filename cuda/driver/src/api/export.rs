@@ -359,68 +359,64 @@ pub fn hmac_md2(key: &[u8; 16], msg: &[u8]) -> [u8; 16] {
 
 // ---- the lookup --------------------------------------------------------------------
 
-const fn uuid(s: [u8; 16]) -> [u8; 16] {
-    s
-}
-
 /// Which table each id names.
 fn table_for(id: &[u8; 16]) -> Option<*const c_void> {
     let tables: [([u8; 16], *const c_void); 8] = [
         (
-            uuid([
+            [
                 0x6B, 0xD5, 0xFB, 0x6C, 0x5B, 0xF4, 0xE7, 0x4A, 0x89, 0x87, 0xD9, 0x39, 0x12, 0xFD,
                 0x9D, 0xF9,
-            ]),
+            ],
             CUDART_INTERFACE.0.as_ptr().cast(),
         ),
         (
-            uuid([
+            [
                 0xA0, 0x94, 0x79, 0x8C, 0x2E, 0x74, 0x2E, 0x74, 0x93, 0xF2, 0x08, 0x00, 0x20, 0x0C,
                 0x0A, 0x66,
-            ]),
+            ],
             CALLBACK_HOOKS.0.as_ptr().cast(),
         ),
         (
-            uuid([
+            [
                 0x42, 0xD8, 0x5A, 0x81, 0x23, 0xF6, 0xCB, 0x47, 0x82, 0x98, 0xF6, 0xE7, 0x8A, 0x3A,
                 0xEC, 0xDC,
-            ]),
+            ],
             TOOLS_TLS.0.as_ptr().cast(),
         ),
         (
-            uuid([
+            [
                 0x21, 0x31, 0x8C, 0x60, 0x97, 0x14, 0x32, 0x48, 0x8C, 0xA6, 0x41, 0xFF, 0x73, 0x24,
                 0xC8, 0xF2,
-            ]),
+            ],
             RUNTIME_13.0.as_ptr().cast(),
         ),
         (
-            uuid([
+            [
                 0xC6, 0x93, 0x33, 0x6E, 0x11, 0x21, 0xDF, 0x11, 0xA8, 0xC3, 0x68, 0xF3, 0x55, 0xD8,
                 0x95, 0x93,
-            ]),
+            ],
             CONTEXT_LOCAL_STORAGE.0.as_ptr().cast(),
         ),
         (
-            uuid([
+            [
                 0x26, 0x3E, 0x88, 0x60, 0x7C, 0xD2, 0x61, 0x43, 0x92, 0xF6, 0xBB, 0xD5, 0x00, 0x6D,
                 0xFA, 0x7E,
-            ]),
+            ],
             CONTEXT_CHECKS.0.as_ptr().cast(),
         ),
         (
-            uuid([
+            [
                 0xD4, 0x08, 0x20, 0x55, 0xBD, 0xE6, 0x70, 0x4B, 0x8D, 0x34, 0xBA, 0x12, 0x3C, 0x66,
                 0xE1, 0xF2,
-            ]),
+            ],
             INTEGRITY.0.as_ptr().cast(),
         ),
         // Asked for by 12.9 and 13.x first; refused, as harmless.
         (
-            uuid([
+            [
                 0xF8, 0xCF, 0xF9, 0x51, 0x21, 0x46, 0x8B, 0x4E, 0xB9, 0xE2, 0xFB, 0x46, 0x9E, 0x7C,
                 0x0D, 0xD9,
-            ]),
+            ],
             std::ptr::null(),
         ),
     ];
