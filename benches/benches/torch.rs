@@ -23,7 +23,8 @@ use fragprobe_shared::torch::snapshot::{decode, Segment};
 use fragprobe_shared::torch::verify::verify;
 
 fn largest_fixture() -> Vec<u8> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/pytorch-snapshots");
+    let dir = fragprobe_tests::snapshots::dir()
+        .expect("real snapshots beside the checkout (../shared/data)");
     let mut best: Option<(u64, PathBuf)> = None;
     for e in std::fs::read_dir(&dir).expect("fixtures directory") {
         let p = e.expect("dir entry").path();

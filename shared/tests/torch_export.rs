@@ -1,5 +1,9 @@
 //! Writing snapshot pickles, converting to and from fragprobe records, and what-if replays.
 
+#[path = "../../tests/src/snapshots.rs"]
+#[allow(dead_code)]
+mod snapshots;
+
 use std::path::PathBuf;
 
 use fragprobe_shared::format::{Api, EventKind, Record};
@@ -12,9 +16,7 @@ use fragprobe_shared::torch::{
 };
 
 fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/pytorch-snapshots")
-        .join(name)
+    snapshots::path(name)
 }
 
 const FIXTURES: [&str; 4] = [
@@ -89,6 +91,9 @@ fn same_content(a: &Snapshot, b: &Snapshot) {
 
 #[test]
 fn written_pickles_read_back_identically() {
+    if snapshots::dir().is_none() {
+        return;
+    }
     for name in FIXTURES {
         let a = load_snapshot(&fixture(name)).unwrap();
         let bytes = write_snapshot_pickle(Vec::new(), &a).unwrap();
@@ -107,6 +112,9 @@ fn written_pickles_read_back_identically() {
 
 #[test]
 fn records_carry_the_device_layer() {
+    if snapshots::dir().is_none() {
+        return;
+    }
     // silmont2000 starts from an empty allocator: the records are its 9 segment_allocs.
     let s = load_snapshot(&fixture(FIXTURES[0])).unwrap();
     let r = to_records(&s);
@@ -178,6 +186,9 @@ fn fragprobe_records_become_a_memory_viz_snapshot() {
 
 #[test]
 fn predictions_start_from_the_recorded_run() {
+    if snapshots::dir().is_none() {
+        return;
+    }
     // silmont2000's trace starts empty, so replaying its own settings reproduces the
     // recorded peak exactly.
     let s = load_snapshot(&fixture(FIXTURES[0])).unwrap();
@@ -219,6 +230,9 @@ fn predictions_start_from_the_recorded_run() {
 
 #[test]
 fn capacity_turns_into_ooms_and_retries() {
+    if snapshots::dir().is_none() {
+        return;
+    }
     let s = load_snapshot(&fixture(FIXTURES[3])).unwrap();
     let free = predict(&s, 0, &[], Version::DEFAULT, None);
     let peak = free.predictions[0].peak.peak_reserved;
@@ -237,8 +251,10 @@ fn capacity_turns_into_ooms_and_retries() {
 /// loads the same as its bytes read through a reader.
 #[test]
 fn long_traces_decode_in_halves_like_one_pass() {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/pytorch-snapshots");
+    if snapshots::dir().is_none() {
+        return;
+    }
+    let dir = snapshots::dir().unwrap();
     let one = load_snapshot(&dir.join("MAGMA27__memory_snapshot.pickle")).unwrap();
     let n = one.traces[0].len();
     let mut tiled = one.clone();
@@ -279,6 +295,9 @@ fn spoil_long1(bytes: &mut [u8], v: u64) {
 /// decode it falls in, and with one in each half, the first one is reported.
 #[test]
 fn long_traces_report_their_first_malformed_entry() {
+    if snapshots::dir().is_none() {
+        return;
+    }
     let one = load_snapshot(&fixture("MAGMA27__memory_snapshot.pickle")).unwrap();
     let mut tiled = one.clone();
     for _ in 1..80 {

@@ -1,6 +1,10 @@
 //! The pickle VM: CPython's own encodings of every protocol, hand-built opcodes, hostile
 //! and truncated input.
 
+#[path = "../../tests/src/snapshots.rs"]
+#[allow(dead_code)]
+mod snapshots;
+
 use fragprobe_shared::torch::pickle::{read_pickle_bytes, Handle, Pickle, PickleError, Val};
 
 /// The strings of list `h`.
@@ -266,8 +270,10 @@ fn lists_with_equal_items_stay_independent() {
 /// path's fast paths (frame lists shared by their bytes, runs of gets) change a value.
 #[test]
 fn slice_and_reader_inputs_agree() {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/pytorch-snapshots");
+    if snapshots::dir().is_none() {
+        return;
+    }
+    let dir = snapshots::dir().unwrap();
     for name in [
         "MAGMA27__memory_snapshot.pickle",
         "bcrafton__memory_snapshot.pickle",

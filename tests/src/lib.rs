@@ -5,3 +5,4 @@ pub mod probe;
 pub mod rng;
 pub mod scratch;
 pub mod sim;
+pub mod snapshots;

@@ -27,9 +27,7 @@ const WAIT: Duration = Duration::from_secs(120);
 const MAGMA: &str = "MAGMA27__memory_snapshot.pickle";
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/fixtures/pytorch-snapshots")
-        .join(name)
+    fragprobe_tests::snapshots::path(name)
 }
 
 fn snapshot_run(name: &str) -> Arc<Run> {
@@ -58,6 +56,9 @@ fn chosen(layer: &AllocatorLayer, d: &DeviceLayer) -> (usize, Vec<String>) {
 
 #[test]
 fn the_run_publishes_the_snapshots_allocator_layer() {
+    if fragprobe_tests::snapshots::dir().is_none() {
+        return;
+    }
     for name in [
         MAGMA,
         "Wedsonlin__medium_128_inference_memory_snapshot.pickle",
@@ -135,6 +136,9 @@ fn value_of(h: &Harness<'_, Viewer>, label: &str) -> String {
 
 #[test]
 fn hovering_a_block_shows_its_frames_and_clicking_pins_it() {
+    if fragprobe_tests::snapshots::dir().is_none() {
+        return;
+    }
     let run = snapshot_run(MAGMA);
     let layer = layer_of(&run);
     let d = &layer.devices[0];
@@ -234,6 +238,9 @@ fn hovering_a_block_shows_its_frames_and_clicking_pins_it() {
 
 #[test]
 fn screenshot_of_the_blocks_tab_shows_the_block_states() {
+    if fragprobe_tests::snapshots::dir().is_none() {
+        return;
+    }
     let dir = temp_dir("blocks-shot");
     let out = dir.join("blocks.png");
     let args = Args {
@@ -255,6 +262,9 @@ fn screenshot_of_the_blocks_tab_shows_the_block_states() {
 
 #[test]
 fn headless_picture_of_a_pinned_block_with_its_frames() {
+    if fragprobe_tests::snapshots::dir().is_none() {
+        return;
+    }
     let run = snapshot_run(MAGMA);
     let layer = layer_of(&run);
     let (i, _) = chosen(&layer, &layer.devices[0]);
@@ -424,6 +434,9 @@ fn a_million_blocks_draw_without_a_slow_frame() {
 
 #[test]
 fn compare_shows_the_allocator_figures_of_each_snapshot() {
+    if fragprobe_tests::snapshots::dir().is_none() {
+        return;
+    }
     let names = [MAGMA, "bcrafton__memory_snapshot.pickle"];
     let runs: Vec<Arc<Run>> = names
         .iter()
