@@ -103,18 +103,23 @@ fn nvidias_cuda_12_8_runtime_allocates_on_the_simulated_gpu() {
 }
 
 #[test]
-fn nvidias_cuda_13_runtime_allocates_on_a_simulated_13_driver() {
-    runs_on_the_simulated_driver("13.0", "libcudart.so.13", Some("13.0"));
+fn nvidias_cuda_13_runtime_allocates_on_the_default_13_0_driver() {
+    runs_on_the_simulated_driver("13.0", "libcudart.so.13", None);
 }
 
 #[test]
-fn a_13_runtime_refuses_the_default_12_8_driver_as_on_real_hardware() {
+fn nvidias_cuda_12_8_runtime_allocates_on_a_simulated_12_8_driver() {
+    runs_on_the_simulated_driver("12.8", "libcudart.so.12", Some("12.8"));
+}
+
+#[test]
+fn a_13_runtime_refuses_a_12_8_driver_as_on_real_hardware() {
     let Some(rt) = runtime("13.0", "libcudart.so.13") else {
         return;
     };
     let mut cmd = Command::new(program());
     sim_env_on(&mut cmd, Some("1x16GiB"));
-    cmd.env_remove("FRAGPROBE_SIM_DRIVER_VERSION");
+    cmd.env("FRAGPROBE_SIM_DRIVER_VERSION", "12.8");
     let o = cmd.arg(&rt).output().unwrap();
     assert!(!o.status.success());
     assert!(

@@ -15,21 +15,7 @@ use fragprobe_tests::probe::{fragprobe, out_path, report_json};
 use serde_json::Value;
 
 fn python() -> Option<PathBuf> {
-    let venv = cache::dir("FRAGPROBE_TORCH_VENV", "torch-venv")?;
-    let py = venv.join("bin/python");
-    let ok = py.is_file()
-        && std::process::Command::new(&py)
-            .args(["-c", "import torch"])
-            .output()
-            .is_ok_and(|o| o.status.success());
-    if ok {
-        return Some(py);
-    }
-    cache::missing(&format!(
-        "no PyTorch venv at {} (run cuda/torch-venv.sh; it needs PyPI and about 7 GB)",
-        venv.display()
-    ));
-    None
+    cache::torch_python("2.9.1")
 }
 
 /// A workload whose caching-allocator history is known: six tensors, every other one

@@ -105,7 +105,7 @@ unsafe fn checks() {
         // before cuInit: version and error strings work, the rest is NOT_INITIALIZED
         let mut v = 0;
         assert_eq!(version(&mut v), 0);
-        assert_eq!(v, 12080);
+        assert_eq!(v, 13000);
         let mut n = 0;
         assert_eq!(count(&mut n), 3);
         assert_eq!(init(1), 1, "flags must be 0");

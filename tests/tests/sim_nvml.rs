@@ -66,8 +66,8 @@ fn nvml_child_checks() {
         .init()
         .expect("Nvml init");
     assert_eq!(nvml.device_count().unwrap(), 1);
-    assert!(nvml.sys_driver_version().unwrap().starts_with("570."));
-    assert_eq!(nvml.sys_cuda_driver_version().unwrap(), 12080);
+    assert!(nvml.sys_driver_version().unwrap().starts_with("580."));
+    assert_eq!(nvml.sys_cuda_driver_version().unwrap(), 13000);
     let dev = nvml.device_by_index(0).expect("device 0");
     assert!(
         dev.name().unwrap().contains("4GiB"),

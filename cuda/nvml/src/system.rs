@@ -61,7 +61,13 @@ pub unsafe extern "C" fn nvmlSystemGetDriverVersion(version: *mut c_char, len: c
 #[no_mangle]
 pub unsafe extern "C" fn nvmlSystemGetNVMLVersion(version: *mut c_char, len: c_uint) -> u32 {
     // SAFETY: forwarded caller contract.
-    crate::with_state(|_| unsafe { put_str(version, len, ident::NVML_VERSION) })
+    crate::with_state(|_| unsafe {
+        put_str(
+            version,
+            len,
+            &ident::nvml_version_for(ident::driver_version()),
+        )
+    })
 }
 
 /// # Safety

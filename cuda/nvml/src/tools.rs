@@ -493,16 +493,45 @@ pub unsafe extern "C" fn nvmlDeviceGetNvLinkRemotePciInfo_v2(
     with_device(dev, |_, _| NVML_ERROR_NOT_SUPPORTED)
 }
 
-/// No NVSwitch fabric: not supported, as on a PCIe card.
+/// No NVSwitch fabric, as on a PCIe card: the query succeeds and says so
+/// (`nvmlGpuFabricInfoV_t`: version, cluster UUID, status, clique, state
+/// `NVML_GPU_FABRIC_STATE_NOT_SUPPORTED` = 0, health). PyTorch 2.15 warns "only supported
+/// on sm90+" when the query itself fails.
 ///
 /// # Safety
-/// No pointer is dereferenced.
+/// `info` must be NULL or valid for reads and writes of the size its version names.
 #[no_mangle]
-pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(
-    dev: Device,
-    _info: *mut std::ffi::c_void,
-) -> u32 {
-    with_device(dev, |_, _| NVML_ERROR_NOT_SUPPORTED)
+pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfoV(dev: Device, info: *mut u8) -> u32 {
+    with_device(dev, |_, _| {
+        if info.is_null() {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        // SAFETY: non-null; every version of the struct starts with its version word.
+        let version = unsafe { info.cast::<c_uint>().read_unaligned() };
+        let size = (version & 0x00FF_FFFF) as usize;
+        if version >> 24 == 0 || !(36..=256).contains(&size) {
+            return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+        }
+        // SAFETY: the caller's struct holds `size` bytes, per its version word.
+        unsafe { std::ptr::write_bytes(info.add(4), 0, size - 4) };
+        NVML_SUCCESS
+    })
+}
+
+/// The unversioned form (cluster UUID, status, clique, state): no fabric.
+///
+/// # Safety
+/// `info` must be NULL or valid for a write of 28 bytes.
+#[no_mangle]
+pub unsafe extern "C" fn nvmlDeviceGetGpuFabricInfo(dev: Device, info: *mut u8) -> u32 {
+    with_device(dev, |_, _| {
+        if info.is_null() {
+            return NVML_ERROR_INVALID_ARGUMENT;
+        }
+        // SAFETY: non-null, 28 writable bytes (`nvmlGpuFabricInfo_t`) per the caller's contract.
+        unsafe { std::ptr::write_bytes(info, 0, 28) };
+        NVML_SUCCESS
+    })
 }
 
 /// `nvmlTemperature_v1_t`.

@@ -11,7 +11,9 @@ use crate::size::format_size;
 
 /// `CUDA_VERSION` / `cuDriverGetVersion` of the simulated driver, unless
 /// `FRAGPROBE_SIM_DRIVER_VERSION` says otherwise (see [`driver_version`]).
-pub const DRIVER_VERSION: i32 = 12080;
+/// CUDA 13.0 (R580): both PyTorch's CUDA 12 wheels and its CUDA 13 wheels (whose runtime
+/// refuses a 12.x driver) run on it, as on a real R580 driver.
+pub const DRIVER_VERSION: i32 = 13000;
 /// The variable that sets the simulated driver's CUDA version: `13000` or `13.0`.
 pub const ENV_DRIVER_VERSION: &str = "FRAGPROBE_SIM_DRIVER_VERSION";
 
@@ -28,7 +30,7 @@ pub fn parse_driver_version(s: &str) -> Option<i32> {
 /// The CUDA version the simulated driver reports (`cuDriverGetVersion`, NVML's
 /// `nvmlSystemGetCudaDriverVersion`): `FRAGPROBE_SIM_DRIVER_VERSION` when set and valid,
 /// else [`DRIVER_VERSION`]. A CUDA 13 runtime (PyTorch's cu13x wheels) refuses a 12.x
-/// driver: run those with `FRAGPROBE_SIM_DRIVER_VERSION=13.0` or later.
+/// driver with `cudaErrorInsufficientDriver`, as it would a real one.
 pub fn driver_version() -> i32 {
     static V: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
     *V.get_or_init(|| {
@@ -39,18 +41,20 @@ pub fn driver_version() -> i32 {
     })
 }
 
-/// The display driver that ships `version`'s CUDA: R570 for 12.8, R580 for 13.x.
+/// The display driver that ships `version`'s CUDA (`nvmlSystemGetDriverVersion`): R580
+/// for 13.x, R570 before.
 pub fn display_driver_version_for(version: i32) -> &'static str {
     if version >= 13000 {
         "580.95.05"
     } else {
-        DISPLAY_DRIVER_VERSION
+        "570.124.06"
     }
 }
-/// Version string of the simulated display driver (`nvmlSystemGetDriverVersion`).
-pub const DISPLAY_DRIVER_VERSION: &str = "570.124.06";
-/// `nvmlSystemGetNVMLVersion`.
-pub const NVML_VERSION: &str = "12.570.124.06";
+
+/// `nvmlSystemGetNVMLVersion`: the CUDA major version, then the display driver's.
+pub fn nvml_version_for(version: i32) -> String {
+    format!("{}.{}", version / 1000, display_driver_version_for(version))
+}
 /// H100 SXM5 PCI device id and NVIDIA's vendor id.
 pub const PCI_DEVICE_ID: u32 = 0x2330;
 pub const PCI_VENDOR_ID: u32 = 0x10de;
@@ -243,6 +247,9 @@ mod tests {
         assert_eq!(parse_driver_version("13.5"), Some(13050));
         assert_eq!(parse_driver_version("garbage"), None);
         assert_eq!(display_driver_version_for(13000), "580.95.05");
+        assert_eq!(display_driver_version_for(12080), "570.124.06");
+        assert_eq!(nvml_version_for(13000), "13.580.95.05");
+        assert_eq!(nvml_version_for(12080), "12.570.124.06");
         assert_eq!(nvml_bus_id(1), "00000000:28:00.0");
         assert_eq!(attribute(115, 0), Some(1));
         assert_eq!(attribute(75, 0), Some(9));

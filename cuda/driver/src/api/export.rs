@@ -18,13 +18,13 @@ use fragprobe_simgpu::ident;
 
 /// One table: pointers the runtime reads (never writes).
 #[repr(transparent)]
-pub struct Table<const N: usize>([*const c_void; N]);
+pub struct Table<const N: usize>(pub [*const c_void; N]);
 
 // SAFETY: the tables are immutable after compilation and hold only function addresses
 // and sizes.
 unsafe impl<const N: usize> Sync for Table<N> {}
 
-const fn size_of_table(n: usize) -> *const c_void {
+pub(super) const fn size_of_table(n: usize) -> *const c_void {
     (n * std::mem::size_of::<usize>()) as *const c_void
 }
 
@@ -361,7 +361,7 @@ pub fn hmac_md2(key: &[u8; 16], msg: &[u8]) -> [u8; 16] {
 
 /// Which table each id names.
 fn table_for(id: &[u8; 16]) -> Option<*const c_void> {
-    let tables: [([u8; 16], *const c_void); 8] = [
+    let tables: [([u8; 16], *const c_void); 9] = [
         (
             [
                 0x6B, 0xD5, 0xFB, 0x6C, 0x5B, 0xF4, 0xE7, 0x4A, 0x89, 0x87, 0xD9, 0x39, 0x12, 0xFD,
@@ -410,6 +410,14 @@ fn table_for(id: &[u8; 16]) -> Option<*const c_void> {
                 0xE1, 0xF2,
             ],
             INTEGRITY.0.as_ptr().cast(),
+        ),
+        // Thread-block clusters: cuBLASLt calls it unchecked (cluster.rs).
+        (
+            [
+                0x17, 0x34, 0xDC, 0x26, 0x80, 0x0D, 0x47, 0x45, 0x87, 0x26, 0xC0, 0xF1, 0xE7, 0xDD,
+                0x8B, 0xCA,
+            ],
+            super::cluster::CLUSTER.0.as_ptr().cast(),
         ),
         // Asked for by 12.9 and 13.x first; refused, as harmless.
         (

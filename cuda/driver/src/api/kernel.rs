@@ -144,6 +144,115 @@ pub unsafe extern "C" fn cuModuleGetGlobal_v2(
     CUDA_SUCCESS
 }
 
+/// A library's global: as a module's (`cuModuleGetGlobal_v2`); cuBLAS 13's `cublasCreate`
+/// looks one up and fails with `CUBLAS_STATUS_ALLOC_FAILED` when the driver refuses.
+///
+/// # Safety
+/// `dptr` and `bytes` must each be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryGetGlobal(
+    dptr: *mut u64,
+    bytes: *mut usize,
+    library: *mut c_void,
+    name: *const c_char,
+) -> u32 {
+    // SAFETY: same contract.
+    unsafe { cuModuleGetGlobal_v2(dptr, bytes, library, name) }
+}
+
+/// A library's `__managed__` variable: as a global.
+///
+/// # Safety
+/// `dptr` and `bytes` must each be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuLibraryGetManaged(
+    dptr: *mut u64,
+    bytes: *mut usize,
+    library: *mut c_void,
+    name: *const c_char,
+) -> u32 {
+    // SAFETY: same contract.
+    unsafe { cuModuleGetGlobal_v2(dptr, bytes, library, name) }
+}
+
+/// The driver's log callbacks (CUDA 12.9+): registered, never called — the simulation
+/// writes no driver log.
+///
+/// # Safety
+/// `handle` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuLogsRegisterCallback(
+    callback: *const c_void,
+    _user: *mut c_void,
+    handle: *mut *mut c_void,
+) -> u32 {
+    if callback.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: forwarded caller contract.
+    code(unsafe { put(handle, fresh(0xA6)) })
+}
+
+/// # Safety
+/// No pointer is dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn cuLogsUnregisterCallback(handle: *mut c_void) -> u32 {
+    if handle.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUDA_SUCCESS
+}
+
+/// The log's current position: always the start (nothing is ever logged).
+///
+/// # Safety
+/// `iterator` must be NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn cuLogsCurrent(iterator: *mut u32, _flags: c_uint) -> u32 {
+    // SAFETY: forwarded caller contract.
+    code(unsafe { put(iterator, 0) })
+}
+
+/// An empty log written to `path` (or nothing: there is no entry to write).
+///
+/// # Safety
+/// No pointer is dereferenced beyond the NULL checks.
+#[no_mangle]
+pub unsafe extern "C" fn cuLogsDumpToFile(
+    _iterator: *mut u32,
+    path: *const c_char,
+    _flags: c_uint,
+) -> u32 {
+    if path.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUDA_SUCCESS
+}
+
+/// An empty log: the buffer is left as an empty C string.
+///
+/// # Safety
+/// `buffer` must be NULL or valid for one byte; `size` NULL or valid for reads and writes.
+#[no_mangle]
+pub unsafe extern "C" fn cuLogsDumpToMemory(
+    _iterator: *mut u32,
+    buffer: *mut c_char,
+    size: *mut usize,
+    _flags: c_uint,
+) -> u32 {
+    if buffer.is_null() || size.is_null() {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    // SAFETY: non-null; the caller's buffer holds `*size` bytes.
+    unsafe {
+        if size.read() > 0 {
+            buffer.write(0);
+        }
+        size.write(0);
+    }
+    CUDA_SUCCESS
+}
+
 /// # Safety
 /// `kernel` must be NULL or valid for a write.
 #[no_mangle]

@@ -2,6 +2,7 @@
 //! `build.rs` and entered into the symbol table.
 #![allow(non_snake_case)]
 
+mod cluster;
 mod context;
 mod device;
 mod export;

@@ -300,3 +300,55 @@ pub unsafe extern "C" fn cuMemPoolGetAccess(
         unsafe { put(flags, if d == owner { 3 } else { 0 }) }
     }))
 }
+
+/// CUDA graphs' own memory (`CU_GRAPH_MEM_ATTR_USED_MEM_CURRENT` … `_RESERVED_MEM_HIGH`,
+/// 0–3): always 0 — the simulation instantiates no graph that allocates. PyTorch's
+/// `backend:cudaMallocAsync` reads these in `torch.cuda.memory_stats()`.
+///
+/// # Safety
+/// `value` must be NULL or valid for a write of a `cuuint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGetGraphMemAttribute(
+    dev: c_int,
+    attr: c_int,
+    value: *mut u64,
+) -> u32 {
+    code(with_gpu(|g| {
+        g.check_device(dev)?;
+        if !(0..=3).contains(&attr) {
+            return Err(CuError::INVALID_VALUE);
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { put(value, 0) }
+    }))
+}
+
+/// Resets a high-water mark (`_USED_MEM_HIGH` 1, `_RESERVED_MEM_HIGH` 3) to 0, the only
+/// value a real driver accepts; the current figures cannot be set.
+///
+/// # Safety
+/// `value` must be NULL or valid for a read of a `cuuint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceSetGraphMemAttribute(
+    dev: c_int,
+    attr: c_int,
+    value: *const u64,
+) -> u32 {
+    code(with_gpu(|g| {
+        g.check_device(dev)?;
+        // SAFETY: non-null checked first; readable per the caller's contract.
+        if !matches!(attr, 1 | 3) || value.is_null() || unsafe { value.read() } != 0 {
+            return Err(CuError::INVALID_VALUE);
+        }
+        Ok(())
+    }))
+}
+
+/// Nothing to trim: graphs hold no memory here.
+///
+/// # Safety
+/// No pointer is dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn cuDeviceGraphMemTrim(dev: c_int) -> u32 {
+    code(with_gpu(|g| g.check_device(dev).map(|_| ())))
+}
