@@ -360,3 +360,63 @@ pub unsafe extern "C" fn cuCtxGetStreamPriorityRange(
         Ok(())
     }))
 }
+
+/// Peer access granted from one context to another's device memory: (context, peer).
+static PEERS: std::sync::Mutex<Vec<(u64, u64)>> = std::sync::Mutex::new(Vec::new());
+
+/// The current context and `peer`, checked as the driver checks them: both must exist and
+/// be on different devices (`cuDeviceCanAccessPeer` says every other device can).
+fn peer_pair(peer: u64) -> fragprobe_simgpu::codes::CuResult<(u64, u64)> {
+    use fragprobe_simgpu::codes::CuError;
+    let me = cur().ok_or(CuError::INVALID_CONTEXT)?;
+    with_gpu(|g| {
+        let a = g.ctx_device(me)?;
+        let b = g.ctx_device(peer).map_err(|_| CuError::INVALID_CONTEXT)?;
+        if a == b {
+            return Err(CuError::INVALID_DEVICE);
+        }
+        Ok((me, peer))
+    })
+}
+
+/// Lets the current context reach `peer`'s memory (copies between them are no-ops like
+/// every copy into the device here).
+///
+/// # Safety
+/// No pointer is dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxEnablePeerAccess(peer: u64, flags: c_uint) -> u32 {
+    if flags != 0 {
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    match peer_pair(peer) {
+        Err(e) => code(Err(e)),
+        Ok(pair) => {
+            let mut v = PEERS.lock().unwrap_or_else(|e| e.into_inner());
+            if v.contains(&pair) {
+                return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+            }
+            v.push(pair);
+            CUDA_SUCCESS
+        }
+    }
+}
+
+/// # Safety
+/// No pointer is dereferenced.
+#[no_mangle]
+pub unsafe extern "C" fn cuCtxDisablePeerAccess(peer: u64) -> u32 {
+    match peer_pair(peer) {
+        Err(e) => code(Err(e)),
+        Ok(pair) => {
+            let mut v = PEERS.lock().unwrap_or_else(|e| e.into_inner());
+            match v.iter().position(|p| *p == pair) {
+                Some(i) => {
+                    v.swap_remove(i);
+                    CUDA_SUCCESS
+                }
+                None => CUDA_ERROR_PEER_ACCESS_NOT_ENABLED,
+            }
+        }
+    }
+}

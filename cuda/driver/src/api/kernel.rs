@@ -1,6 +1,6 @@
 //! What frameworks call besides allocation, answered as a real driver would with kernels
 //! that do nothing: module and library loading, functions and their attributes (those of
-//! compute capability 9.0 code), launches, occupancy, stream-capture queries, memsets,
+//! compute capability 9.0 code), launches, occupancy, memsets,
 //! copies and pinned host memory.
 //!
 //! What that means for values: memory behaviour — the sequence of allocations and frees a
@@ -363,7 +363,8 @@ pub unsafe extern "C" fn cuFuncSetCacheConfig(_func: *mut c_void, _config: c_int
     CUDA_SUCCESS
 }
 
-/// A launch: checked, and done at once (the kernel does nothing).
+/// A launch: checked, and done at once (the kernel does nothing); into a capturing stream,
+/// a node of the graph being captured.
 ///
 /// # Safety
 /// No pointer is dereferenced.
@@ -377,7 +378,7 @@ pub unsafe extern "C" fn cuLaunchKernel(
     by: c_uint,
     bz: c_uint,
     _shared: c_uint,
-    _stream: *mut c_void,
+    stream: *mut c_void,
     _params: *mut *mut c_void,
     _extra: *mut *mut c_void,
 ) -> u32 {
@@ -390,7 +391,11 @@ pub unsafe extern "C" fn cuLaunchKernel(
     if (bx as u64) * (by as u64) * (bz as u64) > 1024 {
         return CUDA_ERROR_INVALID_VALUE;
     }
-    code(crate::with_gpu(|_| Ok(())))
+    let rc = code(crate::with_gpu(|_| Ok(())));
+    if rc == CUDA_SUCCESS {
+        super::graph::captured(stream);
+    }
+    rc
 }
 
 /// # Safety
@@ -409,6 +414,7 @@ pub unsafe extern "C" fn cuLaunchKernel_ptsz(
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
 ) -> u32 {
+    let stream = super::graph::per_thread(stream) as usize as *mut c_void;
     // SAFETY: same contract.
     unsafe { cuLaunchKernel(func, gx, gy, gz, bx, by, bz, shared, stream, params, extra) }
 }
@@ -618,153 +624,6 @@ pub unsafe extern "C" fn cuCtxSetLimit(limit: c_int, _value: usize) -> u32 {
         Some(_) => code(crate::with_gpu(|_| Ok(()))),
         None => CUDA_ERROR_INVALID_VALUE,
     }
-}
-
-// ---- stream capture: nothing is ever being captured ---------------------------------
-
-/// # Safety
-/// `status` must be NULL or valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamIsCapturing(_stream: *mut c_void, status: *mut c_int) -> u32 {
-    // SAFETY: forwarded caller contract (CU_STREAM_CAPTURE_STATUS_NONE).
-    code(unsafe { put(status, 0) })
-}
-
-/// # Safety
-/// As [`cuStreamIsCapturing`].
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamIsCapturing_ptsz(stream: *mut c_void, status: *mut c_int) -> u32 {
-    // SAFETY: same contract.
-    unsafe { cuStreamIsCapturing(stream, status) }
-}
-
-/// # Safety
-/// `status` must be NULL or valid for a write; `id` NULL or valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo(
-    stream: *mut c_void,
-    status: *mut c_int,
-    id: *mut u64,
-) -> u32 {
-    if !id.is_null() {
-        // SAFETY: non-null out-parameter.
-        unsafe { id.write(0) };
-    }
-    // SAFETY: same contract.
-    unsafe { cuStreamIsCapturing(stream, status) }
-}
-
-/// # Safety
-/// As [`cuStreamGetCaptureInfo`].
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_ptsz(
-    stream: *mut c_void,
-    status: *mut c_int,
-    id: *mut u64,
-) -> u32 {
-    // SAFETY: same contract.
-    unsafe { cuStreamGetCaptureInfo(stream, status, id) }
-}
-
-/// # Safety
-/// Each out-parameter must be NULL or valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2(
-    stream: *mut c_void,
-    status: *mut c_int,
-    id: *mut u64,
-    graph: *mut *mut c_void,
-    deps: *mut *const c_void,
-    num_deps: *mut usize,
-) -> u32 {
-    // SAFETY: non-null out-parameters of the caller's.
-    unsafe {
-        if !graph.is_null() {
-            graph.write(std::ptr::null_mut());
-        }
-        if !deps.is_null() {
-            deps.write(std::ptr::null());
-        }
-        if !num_deps.is_null() {
-            num_deps.write(0);
-        }
-        cuStreamGetCaptureInfo(stream, status, id)
-    }
-}
-
-/// # Safety
-/// As [`cuStreamGetCaptureInfo_v2`].
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_v2_ptsz(
-    stream: *mut c_void,
-    status: *mut c_int,
-    id: *mut u64,
-    graph: *mut *mut c_void,
-    deps: *mut *const c_void,
-    num_deps: *mut usize,
-) -> u32 {
-    // SAFETY: same contract.
-    unsafe { cuStreamGetCaptureInfo_v2(stream, status, id, graph, deps, num_deps) }
-}
-
-/// # Safety
-/// Each out-parameter must be NULL or valid for a write.
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3(
-    stream: *mut c_void,
-    status: *mut c_int,
-    id: *mut u64,
-    graph: *mut *mut c_void,
-    deps: *mut *const c_void,
-    edges: *mut *const c_void,
-    num_deps: *mut usize,
-) -> u32 {
-    if !edges.is_null() {
-        // SAFETY: non-null out-parameter.
-        unsafe { edges.write(std::ptr::null()) };
-    }
-    // SAFETY: same contract.
-    unsafe { cuStreamGetCaptureInfo_v2(stream, status, id, graph, deps, num_deps) }
-}
-
-/// # Safety
-/// As [`cuStreamGetCaptureInfo_v3`].
-#[no_mangle]
-pub unsafe extern "C" fn cuStreamGetCaptureInfo_v3_ptsz(
-    stream: *mut c_void,
-    status: *mut c_int,
-    id: *mut u64,
-    graph: *mut *mut c_void,
-    deps: *mut *const c_void,
-    edges: *mut *const c_void,
-    num_deps: *mut usize,
-) -> u32 {
-    // SAFETY: same contract.
-    unsafe { cuStreamGetCaptureInfo_v3(stream, status, id, graph, deps, edges, num_deps) }
-}
-
-thread_local! {
-    static CAPTURE_MODE: std::cell::Cell<c_int> = const { std::cell::Cell::new(0) };
-}
-
-/// Swaps the thread's capture mode (`CU_STREAM_CAPTURE_MODE_GLOBAL` to begin with).
-///
-/// # Safety
-/// `mode` must be NULL or valid for a read and a write.
-#[no_mangle]
-pub unsafe extern "C" fn cuThreadExchangeStreamCaptureMode(mode: *mut c_int) -> u32 {
-    if mode.is_null() {
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    // SAFETY: non-null, valid per the caller's contract.
-    let new = unsafe { mode.read() };
-    if !(0..=2).contains(&new) {
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    let old = CAPTURE_MODE.with(|m| m.replace(new));
-    // SAFETY: as above.
-    unsafe { mode.write(old) };
-    CUDA_SUCCESS
 }
 
 // ---- pinned host memory: real host memory ---------------------------------------------
@@ -1242,19 +1101,6 @@ mod tests {
         assert_eq!(blocks_per_sm(1024), 2);
         assert_eq!(blocks_per_sm(32), 32);
         assert_eq!(blocks_per_sm(0), 0);
-    }
-
-    #[test]
-    fn capture_mode_is_exchanged_per_thread() {
-        let exchange = |m: c_int| {
-            let mut m = m;
-            // SAFETY: a valid pointer to an int.
-            let rc = unsafe { cuThreadExchangeStreamCaptureMode(&mut m) };
-            (rc, m)
-        };
-        assert_eq!(exchange(1), (CUDA_SUCCESS, 0));
-        assert_eq!(exchange(0), (CUDA_SUCCESS, 1));
-        assert_eq!(exchange(7), (CUDA_ERROR_INVALID_VALUE, 7));
     }
 
     #[test]
