@@ -216,3 +216,13 @@ pub fn keys_of_records(records: &[Record]) -> Vec<Key> {
     v.sort();
     v
 }
+
+/// A finished command's standard output and standard error, as text (for assertion
+/// messages and for finding the lines a program printed).
+pub fn output_text(o: &std::process::Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}

@@ -8,10 +8,9 @@
 //! under CI, where that is a failure.
 
 use std::path::PathBuf;
-use std::process::Output;
 
 use fragprobe_tests::cache;
-use fragprobe_tests::probe::{fragprobe, out_path, report_json};
+use fragprobe_tests::probe::{fragprobe, out_path, output_text, report_json};
 use serde_json::Value;
 
 fn python() -> Option<PathBuf> {
@@ -38,14 +37,6 @@ keys = ["segment.all.allocated", "segment.all.freed", "reserved_bytes.all.peak",
 print("STATS " + json.dumps({k: s[k] for k in keys}), flush=True)
 "#;
 
-fn text(o: &Output) -> String {
-    format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
-
 /// Runs the workload under `fragprobe record`; returns PyTorch's stats and the report.
 fn recorded(py: &PathBuf, conf: &str, args: &[&str]) -> (Value, Value) {
     let script = out_path("torch-workload.py");
@@ -62,7 +53,7 @@ fn recorded(py: &PathBuf, conf: &str, args: &[&str]) -> (Value, Value) {
         .env_remove("PYTORCH_ALLOC_CONF")
         .output()
         .unwrap();
-    let out = text(&o);
+    let out = output_text(&o);
     assert!(o.status.success(), "{out}");
     let line = out
         .lines()

@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 
 use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_tests::cache;
-use fragprobe_tests::probe::{fragprobe, out_path, read_trace, report_json};
+use fragprobe_tests::probe::{fragprobe, out_path, output_text, read_trace, report_json};
 use fragprobe_tests::sim::sim_env_on;
 use serde_json::Value;
 
@@ -37,11 +37,7 @@ fn feature(version: &str, what: &str, gpus: &str) -> Option<(Value, Vec<Record>,
         .env_remove("PYTORCH_ALLOC_CONF")
         .output()
         .unwrap();
-    let out = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = output_text(&o);
     assert!(o.status.success(), "torch {version} {what}: {out}");
     assert!(!out.contains("Traceback"), "{out}");
     let line = out
@@ -168,11 +164,7 @@ fn nvml_tools_show_the_torch_process() {
             .args(args)
             .output()
             .unwrap();
-        let out = format!(
-            "{}{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
+        let out = output_text(&o);
         assert!(o.status.success(), "{} {args:?}: {out}", prog.display());
         assert!(!out.contains("Traceback"), "{out}");
         out

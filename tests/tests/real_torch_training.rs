@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_tests::cache;
-use fragprobe_tests::probe::{fragprobe, out_path, read_trace};
+use fragprobe_tests::probe::{fragprobe, out_path, output_text, read_trace};
 use serde_json::Value;
 
 fn train_py() -> PathBuf {
@@ -107,11 +107,7 @@ fn trains_and_matches(version: &str, conf: &str) -> Option<Vec<Value>> {
         .env("PYTORCH_ALLOC_CONF", conf)
         .output()
         .unwrap();
-    let out = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let out = output_text(&o);
     assert!(o.status.success(), "torch {version} [{conf}]: {out}");
     assert!(out.contains("DONE"), "{out}");
     assert!(!out.contains("Traceback"), "{out}");
