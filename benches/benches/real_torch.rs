@@ -11,7 +11,7 @@
 //!
 //! Needs the venv of `cuda/torch-venv.sh 2.15.0`; without it the bench says so and stops.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -46,8 +46,8 @@ fn pair(c: &mut Criterion, name: &str, args: &[&std::ffi::OsStr]) {
 }
 
 fn bench(c: &mut Criterion) {
-    let Some(py) = python() else {
-        eprintln!("real_torch: no torch 2.15.0 venv (run `bash cuda/torch-venv.sh 2.15.0`)");
+    // Says what is missing and how to make it.
+    let Some(py) = fragprobe_tests::cache::torch_python("2.15.0") else {
         return;
     };
     let train = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/torch/train.py");
@@ -68,19 +68,6 @@ fn bench(c: &mut Criterion) {
     );
     let scenario = build_scenario("torch_caching");
     pair(c, "scenario_torch_caching", &[scenario.as_os_str()]);
-}
-
-fn python() -> Option<PathBuf> {
-    let root = std::env::var_os("FRAGPROBE_TORCH_VENVS")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-                .map(|c| c.join("fragprobe"))
-        })?;
-    let py = root.join("torch-2.15.0/bin/python");
-    py.is_file().then_some(py)
 }
 
 criterion_group!(benches, bench);

@@ -26,6 +26,7 @@
 use std::ffi::{c_int, c_void};
 
 use super::export::{size_of_table, Table};
+use super::{code, put};
 use fragprobe_simgpu::codes::*;
 
 const SMS: c_int = 132;
@@ -34,15 +35,11 @@ const TPCS_PER_GPC: usize = 9;
 const GPCS: u8 = 8;
 const MAX_PORTABLE: c_int = 8;
 
-/// Writes `v` where `p` points, if it points anywhere; `CUDA_SUCCESS` either way unless
-/// `p` is NULL.
+/// Writes `v` through `p` (`CUDA_ERROR_INVALID_VALUE` for NULL).
 fn out<T>(p: *mut T, v: T) -> u32 {
-    if p.is_null() {
-        return CUDA_ERROR_INVALID_VALUE;
-    }
-    // SAFETY: non-null out-parameter of the caller's, valid for a write of `T`.
-    unsafe { p.write(v) };
-    CUDA_SUCCESS
+    // SAFETY: a non-null out-parameter of the caller's is valid for a write of `T`;
+    // `put` refuses NULL.
+    code(unsafe { put(p, v) })
 }
 
 extern "C" fn set_accepted(_func: *mut c_void, _a: c_int, _b: c_int, _c: c_int) -> u32 {

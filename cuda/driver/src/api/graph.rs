@@ -12,7 +12,7 @@
 //! probe records like any other); graph memory nodes (`cuGraphAddMemAllocNode`) are not
 //! simulated.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
@@ -33,7 +33,6 @@ struct Graphs {
     graphs: HashMap<u64, usize>,
     /// Executable graph → its instantiation flags.
     execs: HashMap<u64, u64>,
-    nodes: HashSet<u64>,
 }
 
 static STATE: Mutex<Option<Graphs>> = Mutex::new(None);
@@ -420,9 +419,6 @@ pub unsafe extern "C" fn cuGraphGetNodes(graph: u64, nodes: *mut u64, count: *mu
     let cap = unsafe { count.read() };
     for i in 0..cap {
         let h = if i < n { fresh(NODE) } else { 0 };
-        if h != 0 {
-            with(|g| g.nodes.insert(h));
-        }
         // SAFETY: `nodes` holds `cap` entries per the caller's contract.
         unsafe { nodes.add(i).write(h) };
     }

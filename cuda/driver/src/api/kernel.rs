@@ -172,7 +172,7 @@ pub unsafe extern "C" fn cuLibraryGetManaged(
     name: *const c_char,
 ) -> u32 {
     // SAFETY: same contract.
-    unsafe { cuModuleGetGlobal_v2(dptr, bytes, library, name) }
+    unsafe { cuLibraryGetGlobal(dptr, bytes, library, name) }
 }
 
 /// The driver's log callbacks (CUDA 12.9+): registered, never called — the simulation
