@@ -103,7 +103,10 @@ fn setup() -> Setup {
                 let ring = RingFile::open(&info.path).unwrap();
                 let mut n = 0u64;
                 while !s2.load(Ordering::Relaxed) {
-                    let st = ring.drain(1 << 16, &mut |r| n = n.wrapping_add(r.seq));
+                    // The recorder's loop (see viewer/src/record/recorder.rs).
+                    let st = ring.drain_until_drop(1 << 16, ring.dropped(), &mut |r| {
+                        n = n.wrapping_add(r.seq)
+                    });
                     if st.count == 0 {
                         std::thread::sleep(Duration::from_micros(200));
                     }

@@ -9,8 +9,8 @@
 use core::ffi::{c_char, c_int, c_void};
 use core::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
-use fragprobe_shared::format::{EventKind, MetaKind, MetaWriter, DEVICE_UNKNOWN};
-use fragprobe_shared::ring::Ring;
+use fragprobe_wire::format::{EventKind, MetaKind, MetaWriter, DEVICE_UNKNOWN};
+use fragprobe_wire::ring::Ring;
 
 use crate::dlsym::real_dlsym;
 use crate::record::{synthetic, Seen};

@@ -5,8 +5,8 @@
 
 use core::ffi::{c_char, c_int, c_uint, c_void};
 
-use fragprobe_shared::format::{Api, EventKind, Flags};
-use fragprobe_shared::live::LiveClass;
+use fragprobe_wire::format::{Api, EventKind, Flags};
+use fragprobe_wire::live::LiveClass;
 
 use crate::hooks::IpcMemHandle;
 use crate::record::{self, Seen};

@@ -5,8 +5,8 @@
 
 use core::cell::UnsafeCell;
 
-use fragprobe_shared::format::{EventKind, MetaKind, MetaWriter, DEVICE_UNKNOWN};
-use fragprobe_shared::ring::Ring;
+use fragprobe_wire::format::{EventKind, MetaKind, MetaWriter, DEVICE_UNKNOWN};
+use fragprobe_wire::ring::Ring;
 
 use crate::record::{synthetic, Seen};
 
@@ -141,5 +141,5 @@ pub fn write_process_exit(ring: &Ring) {
         DEVICE_UNKNOWN,
         0,
     );
-    ring.set_flag(fragprobe_shared::ring::EXITED);
+    ring.set_flag(fragprobe_wire::ring::EXITED);
 }

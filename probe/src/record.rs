@@ -8,9 +8,9 @@
 
 use core::ffi::c_int;
 
-use fragprobe_shared::format::{Api, EventKind, Flags, Record, DEVICE_UNKNOWN};
-use fragprobe_shared::live::{LiveClass, LiveEntry};
-use fragprobe_shared::ring::Ring;
+use fragprobe_wire::format::{Api, EventKind, Flags, Record, DEVICE_UNKNOWN};
+use fragprobe_wire::live::{LiveClass, LiveEntry};
+use fragprobe_wire::ring::Ring;
 
 use crate::clock;
 use crate::thread::Guard;
@@ -110,7 +110,7 @@ fn push_with_live(ring: &Ring, rec: Record, live: Option<(u64, LiveClass)>) {
                     rec.size,
                     rec.aux,
                     rec.aux2,
-                    fragprobe_shared::live::SEQ_DROPPED,
+                    fragprobe_wire::live::SEQ_DROPPED,
                 );
             }
         }

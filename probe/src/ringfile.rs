@@ -11,9 +11,7 @@
 
 use core::sync::atomic::{AtomicI32, Ordering};
 
-use fragprobe_shared::ring::{
-    ring_dir_candidate, room_for_ring, Ring, RingConfig, RING_NEW_SUFFIX,
-};
+use fragprobe_wire::ring::{ring_dir_candidate, room_for_ring, Ring, RingConfig, RING_NEW_SUFFIX};
 
 /// The ring file's descriptor, kept open for the life of the process with an `flock` on it
 /// that tells sweepers its owner lives ([`crate::sweep`]); -1 when there is none.
@@ -51,7 +49,7 @@ impl Text {
     }
     fn push_u64(&mut self, v: u64) -> bool {
         let mut tmp = [0u8; 20];
-        self.push(fragprobe_shared::format::fmt_u64(v, &mut tmp))
+        self.push(fragprobe_wire::format::fmt_u64(v, &mut tmp))
     }
     /// `len` bytes as whole MiB, rounded up ("19 MiB").
     fn push_mib(&mut self, len: usize) -> bool {
@@ -133,7 +131,7 @@ fn private_dir(dir: &Text, uid: u32, strict: bool) -> Result<(), i32> {
 }
 
 /// Whether the file system holding `dir` should take a ring of `len` bytes. (The probe
-/// builds `fragprobe_shared` without its consumer half, `ring::fs_space` included.)
+/// links only `fragprobe_wire`; the consumer's `ring::fs_space` is in `fragprobe_shared`.)
 fn has_room(dir: &Text, len: usize) -> Result<(), i32> {
     // SAFETY: st is plain old data that statvfs fills.
     let mut st: libc::statvfs = unsafe { core::mem::zeroed() };

@@ -10,7 +10,7 @@ use core::cell::UnsafeCell;
 use core::mem::MaybeUninit;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 
-use fragprobe_shared::ring::Ring;
+use fragprobe_wire::ring::Ring;
 
 const UNSTARTED: u8 = 0;
 const STARTING: u8 = 1;

@@ -18,7 +18,7 @@
 //! cannot see. So a `.ring.new` file is removed only when, besides the two rules above, it
 //! is over [`STALE_NEW_SECS`] old: a maker that crashed in that moment left it behind.
 
-use fragprobe_shared::ring::{parse_ring_file_name, RING_NEW_SUFFIX};
+use fragprobe_wire::ring::{parse_ring_file_name, RING_NEW_SUFFIX};
 
 use crate::ringfile::{last_errno, Text};
 

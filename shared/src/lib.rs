@@ -1,15 +1,12 @@
-//! fragprobe's shared core: the record format, the shared-memory ring, and (with the
-//! `consumer` feature) trace files and the pure address-space model.
+//! fragprobe's consumer-side core: trace files, ring files on disk, the pure address-space
+//! model and the PyTorch snapshot layer.
 //!
-//! The probe links this crate with `default-features = false`: it then contains only
-//! allocation-free, lock-free code (`format`, `ring`, `live`).
+//! The record format, the ring and the live table are [`fragprobe_wire`] (the only crate
+//! the probe links); they are re-exported here under the same names, so consumers write
+//! `fragprobe_shared::format`, `fragprobe_shared::ring`, `fragprobe_shared::live`.
 
-pub mod format;
-pub mod live;
-#[cfg(feature = "consumer")]
+pub use fragprobe_wire::{format, live};
 pub mod model;
 pub mod ring;
-#[cfg(feature = "consumer")]
 pub mod torch;
-#[cfg(feature = "consumer")]
 pub mod trace;

@@ -67,7 +67,7 @@ fn eight_producers_one_consumer_lose_nothing() {
         }
         let total = (THREADS as u64 * PER) as usize;
         while got.len() < total {
-            let st = ring.drain(1000, &mut |r| got.push(*r));
+            let st = ring.drain_until_drop(1000, u64::MAX, &mut |r| got.push(*r));
             if st.count == 0 {
                 std::thread::yield_now();
             }
@@ -107,7 +107,7 @@ fn full_ring_counts_drops_exactly() {
     assert_eq!(accepted, 1024);
     assert_eq!(ring.dropped(), n - 1024);
     let mut seen = Vec::new();
-    let st = ring.drain(usize::MAX, &mut |r| seen.push((r.seq, r.addr)));
+    let st = ring.drain_until_drop(usize::MAX, u64::MAX, &mut |r| seen.push((r.seq, r.addr)));
     assert_eq!(st.count, 1024);
     assert_eq!(st.end, DrainEnd::Empty);
     assert!(seen
@@ -142,7 +142,7 @@ fn full_ring_counts_drops_exactly_from_threads() {
     });
     assert_eq!(accepted.into_inner(), 1024);
     assert_eq!(ring.dropped(), 4 * 3000 - 1024);
-    let st = ring.drain(usize::MAX, &mut |_| {});
+    let st = ring.drain_until_drop(usize::MAX, u64::MAX, &mut |_| {});
     assert_eq!(st.count, 1024);
 }
 
@@ -156,15 +156,15 @@ fn drain_stops_at_max_and_pending() {
     }
     let claim = ring.claim().expect("slot");
     assert!(ring.push(rec(0, 4)));
-    let st = ring.drain(2, &mut |_| {});
+    let st = ring.drain_until_drop(2, u64::MAX, &mut |_| {});
     assert_eq!((st.count, st.end), (2, DrainEnd::Max));
-    let st = ring.drain(10, &mut |_| {});
+    let st = ring.drain_until_drop(10, u64::MAX, &mut |_| {});
     assert_eq!((st.count, st.end), (1, DrainEnd::Pending { seq: 3 }));
     // Skipping a slot that is not the consumer's position, or that nobody claimed, fails.
     assert!(!ring.skip_pending(4));
     claim.commit(rec(0, 3));
     let mut addrs = Vec::new();
-    let st = ring.drain(10, &mut |r| addrs.push(r.addr));
+    let st = ring.drain_until_drop(10, u64::MAX, &mut |r| addrs.push(r.addr));
     assert_eq!((st.count, st.end, addrs), (2, DrainEnd::Empty, vec![3, 4]));
     assert!(!ring.skip_pending(5), "nothing claimed at 5");
 }
@@ -350,6 +350,10 @@ fn the_default_ring_holds_a_burst_of_16_threads_x_32768_pairs_with_no_consumer()
     assert_eq!(ring.dropped(), 0);
     assert!(!ring.push(rec(0, 0)), "and then it is full");
     let mut n = 0u64;
-    while ring.drain(1 << 16, &mut |_| n += 1).count > 0 {}
+    while ring
+        .drain_until_drop(1 << 16, u64::MAX, &mut |_| n += 1)
+        .count
+        > 0
+    {}
     assert_eq!(n, THREADS as u64 * EVENTS);
 }

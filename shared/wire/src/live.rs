@@ -693,19 +693,16 @@ impl LiveTable {
 /// The resync records for the ring's live table (see the module documentation), with
 /// `ts_ns` set to the consumer's last heartbeat. The consumer puts them into its stream and
 /// then skips records whose seq is below the watermark (`ResyncBegin.aux`, the first record).
-#[cfg(feature = "consumer")]
 pub fn resync_records(ring: &crate::ring::Ring) -> Vec<crate::format::Record> {
     resync_records_at(ring, ring.heartbeat_ns())
 }
 
 /// Longest a resync waits for the events claimed below its watermark to be committed.
-#[cfg(feature = "consumer")]
 pub const RESYNC_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// Waits until every event claimed below `watermark` is committed, so its live-table update
 /// is in the table before the scan; at most [`RESYNC_WAIT`] (a producer that stalls longer,
 /// or died, between claim and commit leaves the race described in the module documentation).
-#[cfg(feature = "consumer")]
 fn wait_committed(ring: &crate::ring::Ring, watermark: u64) {
     let start = std::time::Instant::now();
     while !ring.committed_below(watermark) && start.elapsed() < RESYNC_WAIT {
@@ -714,7 +711,6 @@ fn wait_committed(ring: &crate::ring::Ring, watermark: u64) {
 }
 
 /// [`resync_records`] with an explicit timestamp for the records.
-#[cfg(feature = "consumer")]
 pub fn resync_records_at(ring: &crate::ring::Ring, ts_ns: u64) -> Vec<crate::format::Record> {
     use crate::format::{Api, EventKind, Record, DEVICE_UNKNOWN};
     let watermark = ring.tail();
