@@ -19,7 +19,11 @@ use fragprobe_tests::probe::fragprobe;
 use fragprobe_tests::sim::build_scenario;
 
 fn run(probe: bool, args: &[&std::ffi::OsStr]) -> Command {
+    // `run` writes its trace into the working directory: keep it out of the checkout.
+    static DIR: std::sync::OnceLock<tempfile::TempDir> = std::sync::OnceLock::new();
+    let dir = DIR.get_or_init(|| tempfile::tempdir().expect("temporary directory"));
     let mut cmd = fragprobe();
+    cmd.current_dir(dir.path());
     cmd.args(["run", "-q", "--simulated-gpu=1x24GiB"]);
     if !probe {
         cmd.arg("--no-probe");
