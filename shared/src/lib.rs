@@ -7,6 +7,7 @@
 
 pub use fragprobe_wire::{format, live};
 pub mod model;
+pub mod replay;
 pub mod ring;
 pub mod torch;
 pub mod trace;

@@ -4,7 +4,6 @@
 use std::path::Path;
 
 use anyhow::Context;
-use fragprobe_shared::format::Record;
 use fragprobe_shared::model::Model;
 use fragprobe_shared::trace::{Trace, TraceError};
 
@@ -81,43 +80,24 @@ fn progress(len: u64, quiet: bool) -> Option<indicatif::ProgressBar> {
     Some(pb)
 }
 
-/// Replays every record of `trace` into a fresh model.
+/// Replays every record of `trace` into a fresh model (the one replay,
+/// [`fragprobe_shared::replay`], with a progress bar as its observer).
 pub fn replay(trace: &Trace, quiet: bool) -> (Model, u64, u64) {
     let mut model = Model::new();
     let pb = progress(trace.len(), quiet);
-    let (mut first, mut last) = (u64::MAX, 0u64);
     let mut n = 0u64;
-    for r in trace.records() {
-        apply(&mut model, trace, &r);
-        if r.ts_ns != 0 {
-            first = first.min(r.ts_ns);
-            last = last.max(r.ts_ns);
-        }
+    let span = fragprobe_shared::replay::trace(trace, &mut model, |_, _| {
         n += 1;
         if n.is_multiple_of(1 << 20) {
             if let Some(pb) = &pb {
                 pb.set_position(n);
             }
         }
-    }
+    });
     if let Some(pb) = pb {
         pb.finish_and_clear();
     }
-    if first == u64::MAX {
-        first = 0;
-    }
-    (model, first, last)
-}
-
-/// Applies one record, resolving its metadata entry through the trace.
-pub fn apply(model: &mut Model, trace: &Trace, r: &Record) {
-    if r.meta != 0 {
-        if let Some(e) = trace.meta(r.pid, r.meta) {
-            model.apply_with_meta(r, Some(&e));
-            return;
-        }
-    }
-    model.apply(r);
+    (model, span.first_ns, span.last_ns)
 }
 
 /// Opens and replays a trace file.

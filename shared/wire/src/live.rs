@@ -68,7 +68,7 @@
 //!
 //! # Resync
 //!
-//! [`resync_records`] (consumer feature) turns a snapshot into records:
+//! [`resync_records`] turns a snapshot into records ([`resync_records_of`] builds them):
 //! `ResyncBegin { seq = aux = W, size = entries }`, one `ResyncEntry` per entry
 //! (`addr = key, size, aux, aux2, device, result = class, seq = entry seq`), and
 //! `ResyncEnd { seq = aux = E, size = entries }`, where `W` (the watermark) is the ring's
@@ -712,36 +712,35 @@ fn wait_committed(ring: &crate::ring::Ring, watermark: u64) {
 
 /// [`resync_records`] with an explicit timestamp for the records.
 pub fn resync_records_at(ring: &crate::ring::Ring, ts_ns: u64) -> Vec<crate::format::Record> {
-    use crate::format::{Api, EventKind, Record, DEVICE_UNKNOWN};
     let watermark = ring.tail();
     wait_committed(ring, watermark);
-    let pid = ring.pid();
-    let mut out = vec![Record::default()];
+    let mut entries = Vec::new();
     ring.live().for_each(|e| {
-        if e.seq != SEQ_DROPPED && e.seq > watermark {
-            return;
+        if e.seq == SEQ_DROPPED || e.seq <= watermark {
+            entries.push(e);
         }
-        out.push(Record {
-            seq: e.seq,
-            ts_ns,
-            addr: e.key,
-            size: e.size,
-            aux: e.aux,
-            aux2: e.aux2,
-            pid,
-            result: e.class as u32,
-            kind: EventKind::ResyncEntry as u16,
-            api: Api::Consumer as u16,
-            device: e.device,
-            ..Record::default()
-        });
     });
     let end = ring.tail();
-    let entries = (out.len() - 1) as u64;
+    resync_records_of(ring.pid(), ts_ns, watermark, end, &entries)
+}
+
+/// The resync records of process `pid` for `entries` (a live table's contents): a
+/// `ResyncBegin` (seq and aux `watermark`, size the entry count), one `ResyncEntry` per
+/// entry, a `ResyncEnd` (seq and aux `end`), all stamped `ts_ns`. The one place these
+/// records are built: the recorder's resync and `watch`'s per-process figures both use it.
+pub fn resync_records_of(
+    pid: u32,
+    ts_ns: u64,
+    watermark: u64,
+    end: u64,
+    entries: &[LiveEntry],
+) -> Vec<crate::format::Record> {
+    use crate::format::{Api, EventKind, Record, DEVICE_UNKNOWN};
+    let n = entries.len() as u64;
     let marker = |kind: EventKind, seq: u64| Record {
         seq,
         ts_ns,
-        size: entries,
+        size: n,
         aux: seq,
         pid,
         kind: kind as u16,
@@ -749,7 +748,22 @@ pub fn resync_records_at(ring: &crate::ring::Ring, ts_ns: u64) -> Vec<crate::for
         device: DEVICE_UNKNOWN,
         ..Record::default()
     };
-    out[0] = marker(EventKind::ResyncBegin, watermark);
+    let mut out = Vec::with_capacity(entries.len() + 2);
+    out.push(marker(EventKind::ResyncBegin, watermark));
+    out.extend(entries.iter().map(|e| Record {
+        seq: e.seq,
+        ts_ns,
+        addr: e.key,
+        size: e.size,
+        aux: e.aux,
+        aux2: e.aux2,
+        pid,
+        result: e.class as u32,
+        kind: EventKind::ResyncEntry as u16,
+        api: Api::Consumer as u16,
+        device: e.device,
+        ..Record::default()
+    }));
     out.push(marker(EventKind::ResyncEnd, end));
     out
 }

@@ -20,7 +20,7 @@ use fragprobe_shared::model::Model;
 use fragprobe_shared::trace::Trace;
 use serde_json::json;
 
-use crate::load::{apply, coded};
+use crate::load::coded;
 
 /// Export formats.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,13 +85,12 @@ fn csv(trace: &Trace, out: &mut dyn Write) -> anyhow::Result<u64> {
     let mut model = Model::new();
     let mut first = None;
     let mut rows = 0;
-    for r in trace.records() {
-        apply(&mut model, trace, &r);
+    fragprobe_shared::replay::try_trace(trace, &mut model, |model, r| -> anyhow::Result<()> {
         if !is_state_change(r.kind()) {
-            continue;
+            return Ok(());
         }
-        let Some((ord, snap, nvml, dfree)) = device_row(&model, &r) else {
-            continue;
+        let Some((ord, snap, nvml, dfree)) = device_row(model, r) else {
+            return Ok(());
         };
         let t0 = *first.get_or_insert(r.ts_ns);
         let a = snap.arena;
@@ -115,7 +114,8 @@ fn csv(trace: &Trace, out: &mut dyn Write) -> anyhow::Result<u64> {
             a.map(|a| a.ratio()).unwrap_or(0.0)
         )?;
         rows += 1;
-    }
+        Ok(())
+    })?;
     Ok(rows)
 }
 
@@ -138,8 +138,7 @@ fn chrome(trace: &Trace, out: &mut dyn Write) -> anyhow::Result<u64> {
     let mut open: HashMap<(u32, u64), (u64, Record)> = HashMap::new();
     let mut last_counter: HashMap<(u32, i16), u64> = HashMap::new();
     let mut t_end = 0;
-    for r in trace.records() {
-        apply(&mut model, trace, &r);
+    fragprobe_shared::replay::try_trace(trace, &mut model, |model, r| -> anyhow::Result<()> {
         let us = r.ts_ns as f64 / 1000.0;
         t_end = t_end.max(r.ts_ns);
         if r.pid != 0 && named_pids.insert(r.pid) {
@@ -179,7 +178,7 @@ fn chrome(trace: &Trace, out: &mut dyn Write) -> anyhow::Result<u64> {
         );
         let api = r.api().map(|a| a.name()).unwrap_or("?");
         if alloc_like && r.ok() {
-            open.insert((r.pid, r.addr), (r.seq, r));
+            open.insert((r.pid, r.addr), (r.seq, *r));
             emit(
                 out,
                 json!({"ph":"b","cat":"allocation","name":format!("{} {}", crate::report::bytes(r.size), api),"id":format!("{}:{}", r.pid, r.seq),"pid":r.pid,"tid":r.tid,"ts":us,"args":{"addr":format!("{:#x}", r.addr),"size":r.size,"device":r.device}}),
@@ -198,7 +197,7 @@ fn chrome(trace: &Trace, out: &mut dyn Write) -> anyhow::Result<u64> {
             }
         }
         if is_state_change(kind) {
-            if let Some((ord, snap, nvml, _)) = device_row(&model, &r) {
+            if let Some((ord, snap, nvml, _)) = device_row(model, r) {
                 // At most one counter sample per microsecond per device: keeps huge traces small.
                 let key = (r.pid, ord);
                 if last_counter.get(&key).is_none_or(|t| r.ts_ns >= t + 1000) {
@@ -226,7 +225,8 @@ fn chrome(trace: &Trace, out: &mut dyn Write) -> anyhow::Result<u64> {
                 }
             }
         }
-    }
+        Ok(())
+    })?;
     for ((pid, _), (seq, a)) in open {
         emit(
             out,

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use fragprobe_shared::format::{Api, EventKind, MetaEntry, MetaKind, Record, DEVICE_UNKNOWN};
+use fragprobe_shared::format::{Api, EventKind, MetaEntry, MetaKind, Record};
 use fragprobe_shared::live::LiveEntry;
 use fragprobe_shared::model::{ArenaFigures, Model};
 use fragprobe_shared::ring::RingFile;
@@ -80,14 +80,6 @@ pub fn totals(entries: &[LiveEntry]) -> (u64, u64) {
 /// objects are `entries`, via the model. `None` when no allocation lies in an arena.
 pub fn arena_of(pid: u32, entries: &[LiveEntry], capacity: Option<u64>) -> Option<ArenaFigures> {
     let mut model = Model::new();
-    let rec = |kind: EventKind, seq: u64| Record {
-        seq,
-        pid,
-        kind: kind as u16,
-        api: Api::Consumer as u16,
-        device: DEVICE_UNKNOWN,
-        ..Record::default()
-    };
     let mut ordinals: Vec<i16> = entries.iter().map(|e| e.device).collect();
     ordinals.sort_unstable();
     ordinals.dedup();
@@ -96,32 +88,15 @@ pub fn arena_of(pid: u32, entries: &[LiveEntry], capacity: Option<u64>) -> Optio
         model.apply(&Record {
             size: total,
             device: *ordinal,
-            ..rec(EventKind::Device, 0)
-        });
-    }
-    model.apply(&Record {
-        size: entries.len() as u64,
-        ..rec(EventKind::ResyncBegin, 0)
-    });
-    for e in entries {
-        model.apply(&Record {
-            seq: e.seq,
-            addr: e.key,
-            size: e.size,
-            aux: e.aux,
-            aux2: e.aux2,
             pid,
-            result: e.class as u32,
-            kind: EventKind::ResyncEntry as u16,
+            kind: EventKind::Device as u16,
             api: Api::Consumer as u16,
-            device: e.device,
             ..Record::default()
         });
     }
-    model.apply(&Record {
-        size: entries.len() as u64,
-        ..rec(EventKind::ResyncEnd, 0)
-    });
+    for r in fragprobe_shared::live::resync_records_of(pid, 0, 0, 0, entries) {
+        model.apply(&r);
+    }
     model
         .devices()
         .iter()

@@ -58,13 +58,8 @@ pub fn replay(path: &Path) -> Result<Replayed, (u8, String)> {
     let mut proc_used: HashMap<(DeviceId, u32), u64> = HashMap::new();
     // Bytes outside the tracked allocations at the last cuMemGetInfo, per device.
     let mut outside: HashMap<DeviceId, u64> = HashMap::new();
-    let mut first_ns = u64::MAX;
-    for r in trace.records() {
-        apply(&mut model, &trace, &r);
-        if r.ts_ns != 0 {
-            first_ns = first_ns.min(r.ts_ns);
-        }
-        let Some(kind) = r.kind() else { continue };
+    let span = fragprobe_shared::replay::trace(&trace, &mut model, |model, r| {
+        let Some(kind) = r.kind() else { return };
         if kind == EventKind::NvmlSample {
             // The device of the process's ordinal, as the model placed the sample (one
             // sample gives one record per GPU of the process, all with the same seq). A
@@ -82,32 +77,22 @@ pub fn replay(path: &Path) -> Result<Replayed, (u8, String)> {
             proc_used.retain(|(_, pid), _| *pid != r.pid);
         }
         if kind == EventKind::MemGetInfo && r.ok() {
-            if let Some(dev) = device_of(&model, &r) {
+            if let Some(dev) = device_of(model, r) {
                 let used = r.aux.saturating_sub(r.size);
                 outside.insert(dev.id(), used.saturating_sub(dev.totals().live_bytes));
             }
         }
         if is_allocating(kind) && !r.ok() {
-            if let Some(f) = capture_failure(&model, &r, &proc_used, &outside) {
+            if let Some(f) = capture_failure(model, r, &proc_used, &outside) {
                 failures.push(f);
             }
         }
-    }
+    });
     Ok(Replayed {
         model,
         failures,
-        first_ns: if first_ns == u64::MAX { 0 } else { first_ns },
+        first_ns: span.first_ns,
     })
-}
-
-fn apply(model: &mut Model, trace: &Trace, r: &Record) {
-    if r.meta != 0 {
-        if let Some(e) = trace.meta(r.pid, r.meta) {
-            model.apply_with_meta(r, Some(&e));
-            return;
-        }
-    }
-    model.apply(r);
 }
 
 /// The model's device of a record's (pid, ordinal).

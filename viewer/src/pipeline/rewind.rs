@@ -6,7 +6,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use fragprobe_shared::format::{MetaEntry, Record};
+use fragprobe_shared::format::Record;
 use fragprobe_shared::model::Model;
 
 use super::run::{Cursor, Run, BATCH};
@@ -15,10 +15,7 @@ type Batch = Vec<(Record, Option<Arc<[u8]>>)>;
 
 fn apply(model: &mut Model, batch: &Batch) {
     for (r, m) in batch {
-        match m.as_deref().and_then(MetaEntry::parse) {
-            Some(e) => model.apply_with_meta(r, Some(&e)),
-            None => model.apply(r),
-        }
+        fragprobe_shared::replay::one(model, r, m.as_deref());
     }
 }
 

@@ -214,19 +214,15 @@ impl Head {
 
     fn apply(&mut self, r: &Record, meta: Option<&MetaEntry<'_>>) {
         let (model, mut notes) = self.split();
-        match meta {
-            Some(e) => model.apply_with_meta(r, Some(e)),
-            None => model.apply(r),
-        }
+        model.apply_with_meta(r, meta);
         notes.note(model, r);
     }
 
-    /// Applies records read in place from a mapped trace, with the metadata each points
-    /// at, through the model's batch path (which loads what the records ahead will touch
-    /// while one is applied); the same as [`Head::apply`] on each.
+    /// Applies records read in place from a mapped trace through the one replay
+    /// ([`fragprobe_shared::replay::chunk`]); the same as [`Head::apply`] on each.
     fn apply_trace(&mut self, trace: &Trace, recs: &[Record]) {
         let (model, mut notes) = self.split();
-        model.apply_batch_with(recs, |r| trace.meta_of(r), |m, r| notes.note(m, r));
+        fragprobe_shared::replay::chunk(trace, model, recs, |m, r| notes.note(m, r));
     }
 
     /// The model, and what is noted beside it.

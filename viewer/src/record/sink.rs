@@ -2,7 +2,7 @@
 //! checkpoint of it goes into the trace every [`CHECKPOINT_EVERY`] records so the viewer
 //! can seek in long traces.
 
-use fragprobe_shared::format::{MetaEntry, Record};
+use fragprobe_shared::format::Record;
 use fragprobe_shared::model::Model;
 
 use super::Recorder;
@@ -42,14 +42,10 @@ impl Default for ModelSink {
 impl ModelSink {
     /// Applies one record from the recorder.
     pub fn apply(&mut self, r: &Record, rec: &Recorder) {
-        let meta = if r.meta != 0 {
-            rec.meta_of(r).and_then(MetaEntry::parse)
-        } else {
-            None
-        };
-        self.model.apply_with_meta(r, meta.as_ref());
+        let meta = if r.meta != 0 { rec.meta_of(r) } else { None };
+        fragprobe_shared::replay::one(&mut self.model, r, meta);
         if let Some(f) = &self.feed {
-            f.send(r, if r.meta != 0 { rec.meta_of(r) } else { None });
+            f.send(r, meta);
             f.set_dropped(rec.lost());
         }
         if r.ts_ns != 0 {
