@@ -292,3 +292,58 @@ fn compare_overlays_runs_from_each_ones_first_allocation() {
         "the duration still counts it"
     );
 }
+
+/// The GUI's Compare line and `fragprobe compare`'s figures of one trace file.
+fn compare_both_ways(p: &std::path::Path) {
+    use fragprobe_viewer::pipeline::view::compare_run;
+    let run = Run::start(0, Source::Trace(p.to_path_buf())).unwrap();
+    assert!(run.wait_loaded(WAIT));
+    assert!(run.wait_history(WAIT));
+    let gui = compare_run(&run.head(), "run", false, 200).stats;
+    let cli = fragprobe_viewer::cmd::report::report_of(p, true).unwrap();
+    let at = format!("{}: GUI {gui:?}", p.display());
+    assert!(cli.bytes.peak_live > 0, "{at}");
+    assert_eq!(gui.peak_live, cli.bytes.peak_live, "{at}");
+    assert_eq!(gui.final_live, cli.bytes.final_live, "{at}");
+    assert_eq!(gui.ratio_at_peak, cli.fragmentation.ratio_at_peak, "{at}");
+    assert_eq!(gui.max_ratio, cli.fragmentation.max_ratio, "{at}");
+    assert_eq!(
+        gui.min_largest_free.unwrap_or(0),
+        cli.fragmentation.min_largest_free_block,
+        "{at}"
+    );
+    assert_eq!(
+        gui.failed_allocs,
+        cli.failed_allocations.len() as u64,
+        "{at}"
+    );
+    assert_eq!(gui.events, cli.events.total, "{at}");
+}
+
+#[test]
+fn the_compare_tab_shows_the_figures_fragprobe_compare_prints() {
+    // The frozen trace: 7 processes on 2 devices, VMM, pools, failed allocations.
+    let fixture =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/format-v1.fpt");
+    compare_both_ways(&fixture);
+    // Two processes alive together on one device: the device peaks at 500 MiB while
+    // neither process passes 300 MiB, so "the busiest process" would be the wrong answer.
+    let mut a = Synth::new(41, None);
+    let mut b = Synth::new(42, None);
+    a.alloc(0x7f00_0000_0000, 300 * MIB);
+    b.alloc(0x7f10_0000_0000, 200 * MIB);
+    b.free(0x7f10_0000_0000);
+    a.free(0x7f00_0000_0000);
+    let mut both = Synth::new(41, None);
+    both.records = a.records.iter().chain(&b.records).copied().collect();
+    both.records.sort_by_key(|r| (r.ts_ns, r.pid));
+    both.metas = a.metas.iter().chain(&b.metas).cloned().collect();
+    let dir = gui_support::temp_dir("compare-figures");
+    let p = dir.join("two.fpt");
+    both.write(&p);
+    compare_both_ways(&p);
+    let run = Run::start(0, Source::Trace(p)).unwrap();
+    assert!(run.wait_history(WAIT));
+    let gui = fragprobe_viewer::pipeline::view::compare_run(&run.head(), "two", false, 200);
+    assert_eq!(gui.stats.peak_live, 500 * MIB);
+}

@@ -2,7 +2,8 @@
 
 use fragprobe_shared::format::Api;
 use fragprobe_shared::model::{
-    self, ArenaFigures, Device, Metric, Model, Series, SeriesView, SpaceId, Summary, Totals,
+    self, ArenaFigures, Device, Metric, Model, RunFigures, Series, SeriesView, SpaceId, Summary,
+    Totals,
 };
 
 use super::crosscheck::CrossCheck;
@@ -445,26 +446,36 @@ pub fn space_keys(m: &Model) -> Vec<SpaceKey> {
     v.into_iter().map(|(_, k)| k).collect()
 }
 
-/// A run's line in the comparison: its busiest space's figures over the whole run.
+/// A run's line in the comparison: its figures over the whole run ([`RunFigures`], the
+/// ones `fragprobe compare` prints), with the curves of its peak device.
 pub fn compare_run(head: &Head, name: &str, loading: bool, buckets: usize) -> compare::Run {
     let m = &head.model;
     let (t0, t1) = head.span();
     let c = m.counts();
+    let figs = RunFigures::of(m);
     let mut run = compare::Run {
         label: head.alloc_conf().unwrap_or_else(|| name.to_string()),
         file: name.to_string(),
         loading,
+        stats: compare::Stats {
+            peak_live: figs.peak_live,
+            ratio_at_peak: figs.ratio_at_peak,
+            max_ratio: figs.max_ratio,
+            largest_free_at_peak: figs.largest_free_at_peak,
+            min_largest_free: figs.min_largest_free,
+            final_live: figs.final_live,
+            failed_allocs: c.failed_allocs,
+            dropped: c.lost.max(head.ring_dropped),
+            anomalies: c.anomalies,
+            events: c.events,
+            duration_s: (t1 - t0) as f64 / 1e9,
+        },
         ..compare::Run::default()
     };
-    run.stats.failed_allocs = c.failed_allocs;
-    run.stats.dropped = c.lost.max(head.ring_dropped);
-    run.stats.anomalies = c.anomalies;
-    run.stats.events = c.events;
-    run.stats.duration_s = (t1 - t0) as f64 / 1e9;
-    let busiest = space_keys(m).first().copied();
+    let peak = figs.peak_device.and_then(|id| m.device(id));
     if let Some(l) = &head.allocator {
-        let d = busiest
-            .and_then(|k| l.device(i32::from(k.device)))
+        let d = peak
+            .and_then(|d| l.device(i32::from(d.ordinal())))
             .or(l.devices.first());
         run.allocator = d
             .map(|d| {
@@ -475,48 +486,24 @@ pub fn compare_run(head: &Head, name: &str, loading: bool, buckets: usize) -> co
             })
             .unwrap_or_default();
     }
-    let Some(key) = busiest else {
+    let Some(series) = peak.and_then(|d| m.device_series(d.id())) else {
         return run;
     };
-    let Some(id) = m.space_id(key.pid, key.device) else {
-        return run;
-    };
-    let Some(sp) = m.space(id) else { return run };
-    let s = sp.summary();
-    run.stats.peak_live = s.peak_live;
-    run.stats.ratio_at_peak = s.ratio_at_peak;
-    run.stats.max_ratio = s.max_ratio;
-    run.stats.largest_free_at_peak = s.largest_free_at_peak;
-    run.stats.min_largest_free = s.min_largest_free;
-    run.stats.final_live = m.space_final(id).totals.live_bytes;
     let n = buckets.max(16);
     // Runs are overlaid from each one's first allocation (live bytes first above 0), not
     // from its first record: start-up before it (Python's imports, a sweep's first run
     // warming the page cache) would shift one run's curves right of another's.
-    let align = sp
-        .series()
+    let align = series
         .get(Metric::Live)
         .points()
         .find(|b| b.max > 0.0)
         .map_or(t0, |b| b.t)
         .clamp(t0, t1);
-    run.live = curve(
-        sp.series().get(Metric::Live),
-        "",
-        egui::Color32::WHITE,
-        align,
-        t1,
-        n,
-    )
-    .points;
-    run.ratio = curve(
-        sp.series().get(Metric::FragRatio),
-        "",
-        egui::Color32::WHITE,
-        align,
-        t1,
-        n,
-    )
-    .points;
+    for (metric, out) in [
+        (Metric::Live, &mut run.live),
+        (Metric::FragRatio, &mut run.ratio),
+    ] {
+        *out = curve(series.get(metric), "", egui::Color32::WHITE, align, t1, n).points;
+    }
     run
 }

@@ -40,7 +40,7 @@ mod text;
 use serde::Serialize;
 
 use fragprobe_shared::format::EventKind;
-use fragprobe_shared::model::{Model, Verdict, ANOMALY_KINDS};
+use fragprobe_shared::model::{Model, RunFigures, Verdict, ANOMALY_KINDS};
 
 pub use text::{bytes, duration, print_summary, render};
 
@@ -257,63 +257,42 @@ impl Report {
                 }
             })
             .collect();
-        let mut devices = Vec::new();
-        let mut bytes = BytesRow {
-            peak_live: 0,
-            peak_live_at_rel_ns: None,
-            final_live: 0,
-            peak_managed: 0,
-            peak_mapped: 0,
-            peak_reserved: 0,
+        let figs = RunFigures::of(model);
+        let devices = figs
+            .devices
+            .iter()
+            .filter_map(|f| {
+                let d = model.device(f.id)?;
+                Some(DeviceRow {
+                    ordinal: d.ordinal(),
+                    uuid: d.info().uuid.clone(),
+                    name: d.info().name.clone(),
+                    total_bytes: d.info().total_bytes,
+                    peak_live: f.summary.peak_live,
+                    final_live: f.final_live,
+                    max_ratio: f.summary.max_ratio,
+                    final_ratio: f.final_ratio,
+                    final_largest_free_block: f.final_largest_free,
+                    min_largest_free_block: f.summary.min_largest_free,
+                    nvml: nvml_row(d),
+                })
+            })
+            .collect();
+        let bytes = BytesRow {
+            peak_live: figs.peak_live,
+            peak_live_at_rel_ns: figs.peak_at.map(|w| rel(w.ts_ns)),
+            final_live: figs.final_live,
+            peak_managed: figs.peak_managed,
+            peak_mapped: figs.peak_mapped,
+            peak_reserved: figs.peak_reserved,
         };
-        let mut frag = FragRow {
-            max_ratio: 0.0,
-            ratio_at_peak: 0.0,
-            final_ratio: 0.0,
-            final_largest_free_block: 0,
-            min_largest_free_block: 0,
+        let frag = FragRow {
+            max_ratio: figs.max_ratio,
+            ratio_at_peak: figs.ratio_at_peak,
+            final_ratio: figs.final_ratio,
+            final_largest_free_block: figs.final_largest_free.unwrap_or(0),
+            min_largest_free_block: figs.min_largest_free.unwrap_or(0),
         };
-        let mut min_lfb: Option<u64> = None;
-        let mut final_lfb: Option<u64> = None;
-        for d in model.shown_devices() {
-            let Some(s) = model.device_summary(d.id()) else {
-                continue;
-            };
-            let fin = model.device_final(d.id());
-            let final_ratio = fin.arena.map(|a| a.ratio()).unwrap_or(0.0);
-            devices.push(DeviceRow {
-                ordinal: d.ordinal(),
-                uuid: d.info().uuid.clone(),
-                name: d.info().name.clone(),
-                total_bytes: d.info().total_bytes,
-                peak_live: s.peak_live,
-                final_live: fin.totals.live_bytes,
-                max_ratio: s.max_ratio,
-                final_ratio,
-                final_largest_free_block: fin.arena.map(|a| a.largest_free),
-                min_largest_free_block: s.min_largest_free,
-                nvml: nvml_row(d),
-            });
-            if s.peak_live > bytes.peak_live {
-                bytes.peak_live = s.peak_live;
-                bytes.peak_live_at_rel_ns = s.peak_at.map(|w| rel(w.ts_ns));
-                frag.ratio_at_peak = s.ratio_at_peak;
-            }
-            bytes.final_live += fin.totals.live_bytes;
-            bytes.peak_managed = bytes.peak_managed.max(s.peak_managed);
-            bytes.peak_mapped = bytes.peak_mapped.max(s.peak_mapped);
-            bytes.peak_reserved = bytes.peak_reserved.max(s.peak_reserved);
-            frag.max_ratio = frag.max_ratio.max(s.max_ratio);
-            frag.final_ratio = frag.final_ratio.max(final_ratio);
-            if let Some(m) = s.min_largest_free {
-                min_lfb = Some(min_lfb.map_or(m, |x| x.min(m)));
-            }
-            if let Some(a) = fin.arena {
-                final_lfb = Some(final_lfb.map_or(a.largest_free, |x| x.min(a.largest_free)));
-            }
-        }
-        frag.min_largest_free_block = min_lfb.unwrap_or(0);
-        frag.final_largest_free_block = final_lfb.unwrap_or(0);
 
         let mut by_kind = std::collections::BTreeMap::new();
         for k in EventKind::ALL {
