@@ -95,19 +95,34 @@ fn trains_and_matches(version: &str, conf: &str) -> Option<Vec<Value>> {
         "train-{version}-{}.fpt",
         conf.replace([':', ','], "_")
     ));
-    let o = fragprobe()
-        .args(["record", "--simulated-gpu=1x24GiB", "-q", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(&py)
-        .arg(train_py())
-        .args(["--steps", "9", "--stats-every", "3"])
-        // torch 2.9.1 honours only the older name; 2.15 either (the CUDA one wins).
-        .env("PYTORCH_CUDA_ALLOC_CONF", conf)
-        .env("PYTORCH_ALLOC_CONF", conf)
-        .output()
-        .unwrap();
-    let out = output_text(&o);
+    let train = || {
+        fragprobe()
+            .args(["record", "--simulated-gpu=1x24GiB", "-q", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&py)
+            .arg(train_py())
+            .args(["--steps", "9", "--stats-every", "3"])
+            // torch 2.9.1 honours only the older name; 2.15 either (the CUDA one wins).
+            .env("PYTORCH_CUDA_ALLOC_CONF", conf)
+            .env("PYTORCH_ALLOC_CONF", conf)
+            // A simulated GPU of its own: the tests run at once, and thirteen trainings of
+            // ~2.4 GB on one shared 24 GiB device would run each other out of memory.
+            .env("FRAGPROBE_SIM_STATE", trace.with_extension("simgpu"))
+            .output()
+            .unwrap()
+    };
+    let mut o = train();
+    let mut out = output_text(&o);
+    if died_in_teardown(&o, &out) {
+        // torch 2.15 aborts now and then after its last line, in interpreter teardown
+        // (1 run in ~180 with ten at once on two cores; never alone). Once is let go, with
+        // what it printed; twice in a row fails.
+        eprintln!("torch {version} [{conf}]: aborted in teardown, run again; it printed:\n{out}");
+        o = train();
+        out = output_text(&o);
+    }
+    let _ = std::fs::remove_file(trace.with_extension("simgpu"));
     assert!(o.status.success(), "torch {version} [{conf}]: {out}");
     assert!(out.contains("DONE"), "{out}");
     assert!(!out.contains("Traceback"), "{out}");
@@ -140,6 +155,15 @@ fn trains_and_matches(version: &str, conf: &str) -> Option<Vec<Value>> {
     }
     let _ = std::fs::remove_file(&trace);
     Some(checkpoints)
+}
+
+/// Whether a training finished its work (`DONE`) and then died of `SIGABRT` from C++'s
+/// `std::terminate` while the interpreter tore down.
+fn died_in_teardown(o: &std::process::Output, out: &str) -> bool {
+    !o.status.success()
+        && out.contains("DONE")
+        && out.contains("terminate called without an active exception")
+        && out.contains("signal 6")
 }
 
 /// The peak reserved bytes at the last checkpoint.

@@ -13,6 +13,7 @@ On a simulated GPU the kernels do nothing: the losses are meaningless, the alloc
 real.
 """
 import argparse
+import faulthandler
 import json
 import random
 import sys
@@ -81,6 +82,8 @@ def stats(step):
 
 
 def main():
+    # Python's stacks if the interpreter dies of a signal (an abort in teardown included).
+    faulthandler.enable()
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--layers", type=int, default=4)
