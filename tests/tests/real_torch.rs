@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use fragprobe_tests::cache;
-use fragprobe_tests::probe::{fragprobe, out_path, output_text, report_json};
+use fragprobe_tests::probe::{fragprobe, out_path, report_json, torch_run};
 use serde_json::Value;
 
 fn python() -> Option<PathBuf> {
@@ -42,18 +42,19 @@ fn recorded(py: &PathBuf, conf: &str, args: &[&str]) -> (Value, Value) {
     let script = out_path("torch-workload.py");
     std::fs::write(&script, WORKLOAD).unwrap();
     let trace = out_path("torch.fpt");
-    let o = fragprobe()
-        .args(["record", "--simulated-gpu=1x16GiB", "-q", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(py)
-        .arg(&script)
-        .args(args)
-        .env("PYTORCH_CUDA_ALLOC_CONF", conf)
-        .env_remove("PYTORCH_ALLOC_CONF")
-        .output()
-        .unwrap();
-    let out = output_text(&o);
+    let (o, out) = torch_run("STATS ", || {
+        fragprobe()
+            .args(["record", "--simulated-gpu=1x16GiB", "-q", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(py)
+            .arg(&script)
+            .args(args)
+            .env("PYTORCH_CUDA_ALLOC_CONF", conf)
+            .env_remove("PYTORCH_ALLOC_CONF")
+            .output()
+            .unwrap()
+    });
     assert!(o.status.success(), "{out}");
     let line = out
         .lines()

@@ -13,7 +13,9 @@ use std::process::{Command, Stdio};
 
 use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_tests::cache;
-use fragprobe_tests::probe::{fragprobe, out_path, output_text, read_trace, report_json};
+use fragprobe_tests::probe::{
+    fragprobe, out_path, output_text, read_trace, report_json, torch_run,
+};
 use fragprobe_tests::sim::sim_env_on;
 use serde_json::Value;
 
@@ -25,19 +27,20 @@ fn features_py() -> PathBuf {
 fn feature(version: &str, what: &str, gpus: &str) -> Option<(Value, Vec<Record>, Value)> {
     let py = cache::torch_python(version)?;
     let trace = out_path(&format!("feature-{version}-{what}.fpt"));
-    let o = fragprobe()
-        .args(["record", "-q", "-o"])
-        .arg(&trace)
-        .arg(format!("--simulated-gpu={gpus}"))
-        .arg("--")
-        .arg(&py)
-        .arg(features_py())
-        .arg(what)
-        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
-        .env_remove("PYTORCH_ALLOC_CONF")
-        .output()
-        .unwrap();
-    let out = output_text(&o);
+    let (o, out) = torch_run("RESULT ", || {
+        fragprobe()
+            .args(["record", "-q", "-o"])
+            .arg(&trace)
+            .arg(format!("--simulated-gpu={gpus}"))
+            .arg("--")
+            .arg(&py)
+            .arg(features_py())
+            .arg(what)
+            .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+            .env_remove("PYTORCH_ALLOC_CONF")
+            .output()
+            .unwrap()
+    });
     assert!(o.status.success(), "torch {version} {what}: {out}");
     assert!(!out.contains("Traceback"), "{out}");
     let line = out

@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_tests::cache;
-use fragprobe_tests::probe::{fragprobe, out_path, output_text, read_trace};
+use fragprobe_tests::probe::{fragprobe, out_path, read_trace, torch_run};
 use serde_json::Value;
 
 fn train_py() -> PathBuf {
@@ -112,16 +112,7 @@ fn trains_and_matches(version: &str, conf: &str) -> Option<Vec<Value>> {
             .output()
             .unwrap()
     };
-    let mut o = train();
-    let mut out = output_text(&o);
-    if died_in_teardown(&o, &out) {
-        // torch 2.15 aborts now and then after its last line, in interpreter teardown
-        // (1 run in ~180 with ten at once on two cores; never alone). Once is let go, with
-        // what it printed; twice in a row fails.
-        eprintln!("torch {version} [{conf}]: aborted in teardown, run again; it printed:\n{out}");
-        o = train();
-        out = output_text(&o);
-    }
+    let (o, out) = torch_run("DONE", train);
     let _ = std::fs::remove_file(trace.with_extension("simgpu"));
     assert!(o.status.success(), "torch {version} [{conf}]: {out}");
     assert!(out.contains("DONE"), "{out}");
@@ -155,15 +146,6 @@ fn trains_and_matches(version: &str, conf: &str) -> Option<Vec<Value>> {
     }
     let _ = std::fs::remove_file(&trace);
     Some(checkpoints)
-}
-
-/// Whether a training finished its work (`DONE`) and then died of `SIGABRT` from C++'s
-/// `std::terminate` while the interpreter tore down.
-fn died_in_teardown(o: &std::process::Output, out: &str) -> bool {
-    !o.status.success()
-        && out.contains("DONE")
-        && out.contains("terminate called without an active exception")
-        && out.contains("signal 6")
 }
 
 /// The peak reserved bytes at the last checkpoint.
