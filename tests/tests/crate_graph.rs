@@ -82,3 +82,65 @@ fn the_probe_links_only_the_wire_crate_of_ours() {
 fn the_wire_crate_has_no_dependencies() {
     assert_eq!(graph("fragprobe-wire"), ["fragprobe-wire"]);
 }
+
+/// The `crate::…` modules a viewer module's non-test code names.
+fn imports_of(module: &str) -> std::collections::BTreeSet<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../viewer/src");
+    let mut files = Vec::new();
+    let dir = root.join(module);
+    if dir.is_dir() {
+        let mut stack = vec![dir];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    stack.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    files.push(p);
+                }
+            }
+        }
+    } else {
+        files.push(root.join(format!("{module}.rs")));
+    }
+    let mut found = std::collections::BTreeSet::new();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap();
+        // Unit tests may reach anywhere; what ships may not.
+        let code = text.split("#[cfg(test)]").next().unwrap_or("");
+        for (i, _) in code.match_indices("crate::") {
+            let name: String = code[i + 7..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if name != module {
+                found.insert(name);
+            }
+        }
+    }
+    found
+}
+
+#[test]
+fn the_viewers_modules_import_one_way() {
+    // cmd is the top (it wires everything); gui draws what pipeline builds; pipeline and
+    // record feed the model; report, torchhook, nvml and load know nothing above them.
+    let rules: [(&str, &[&str]); 7] = [
+        ("gui", &["cmd"]),
+        ("pipeline", &["cmd", "gui"]),
+        ("record", &["cmd", "gui"]),
+        ("report", &["cmd", "gui", "pipeline", "record"]),
+        ("torchhook", &["cmd", "gui", "pipeline", "record", "report"]),
+        ("nvml", &["cmd", "gui", "pipeline", "record", "report"]),
+        ("load", &["cmd", "gui", "pipeline", "record", "report"]),
+    ];
+    for (module, forbidden) in rules {
+        let imports = imports_of(module);
+        for f in forbidden {
+            assert!(
+                !imports.contains(*f),
+                "viewer/src/{module} imports crate::{f} (it imports {imports:?})"
+            );
+        }
+    }
+}

@@ -147,7 +147,8 @@ pub fn record_session(
         let hook = hook.clone();
         move |rec: &mut Recorder| -> anyhow::Result<()> {
             if let Some(h) = &hook {
-                h.attach(rec);
+                let infos = h.attach(rec.rings_seen());
+                rec.write_trace(|w| infos.iter().try_for_each(|i| w.write_run_info(i)));
             }
             Ok(())
         }

@@ -6,51 +6,7 @@ use egui_plot::{Legend, Line, Plot};
 
 use crate::pipeline::space::human_bytes;
 
-/// A run's figures over its whole length.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Stats {
-    /// Highest live bytes.
-    pub peak_live: u64,
-    /// Fragmentation ratio when live bytes peaked.
-    pub ratio_at_peak: f64,
-    /// Highest fragmentation ratio.
-    pub max_ratio: f64,
-    /// Largest free block when live bytes peaked.
-    pub largest_free_at_peak: Option<u64>,
-    /// Smallest largest free block.
-    pub min_largest_free: Option<u64>,
-    /// Live bytes at the end (at process exit when it exited).
-    pub final_live: u64,
-    /// Failed allocation calls.
-    pub failed_allocs: u64,
-    /// Events lost.
-    pub dropped: u64,
-    /// Anomalies.
-    pub anomalies: u64,
-    /// Events.
-    pub events: u64,
-    /// Seconds from first to last record.
-    pub duration_s: f64,
-}
-
-/// One run's summary.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Run {
-    /// What the run is called: its `PYTORCH_CUDA_ALLOC_CONF` (or label), else its file name.
-    pub label: String,
-    /// The file (or "live").
-    pub file: String,
-    /// Figures over the whole run.
-    pub stats: Stats,
-    /// Live bytes over time: `[seconds since the run's first allocation, bytes]`.
-    pub live: Vec<[f64; 2]>,
-    /// Fragmentation ratio over time.
-    pub ratio: Vec<[f64; 2]>,
-    /// Whether the run is still loading.
-    pub loading: bool,
-    /// Allocator-level figures `(label, value)` of a PyTorch snapshot (empty otherwise).
-    pub allocator: Vec<(String, String)>,
-}
+pub use crate::pipeline::panels::compare::{Run, Stats};
 
 /// What the overlaid curves' time axis counts from.
 pub const ALIGNED: &str = "seconds since each run's first allocation";

@@ -7,38 +7,7 @@ use egui::{Color32, RichText, Ui};
 use crate::pipeline::crosscheck::{CrossCheck, Verdict};
 use crate::pipeline::space::{human_bytes, human_bytes_signed};
 
-/// The numbers shown, copied out of the model.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Figures {
-    /// Device memory live (plain, pitch, pool, VMM handles).
-    pub live_bytes: u64,
-    /// Objects counted in `live_bytes`.
-    pub live_count: u64,
-    /// Highest `live_bytes` so far.
-    pub peak_live: u64,
-    /// Managed memory live.
-    pub managed_bytes: u64,
-    /// VMM bytes mapped.
-    pub mapped_bytes: u64,
-    /// VMM address space reserved.
-    pub reserved_bytes: u64,
-    /// The arena's largest free block (`None`: no arena yet).
-    pub largest_free: Option<u64>,
-    /// The arena's free bytes.
-    pub total_free: Option<u64>,
-    /// `1 − largest_free / total_free`.
-    pub frag_ratio: f64,
-    /// Events lost in the ring (the producer reported them).
-    pub dropped: u64,
-    /// Anomalies the model counted (double frees, unknown frees...).
-    pub anomalies: u64,
-    /// Failed allocation calls.
-    pub failed_allocs: u64,
-    /// Events applied.
-    pub events: u64,
-    /// The NVML cross-check, when NVML figures exist for this space.
-    pub crosscheck: Option<CrossCheck>,
-}
+pub use crate::pipeline::panels::figures::Figures;
 
 /// Draws the figures as a two-column grid (label, value).
 pub fn ui(ui: &mut Ui, f: &Figures) {

@@ -5,35 +5,7 @@ use egui::{Color32, RichText, Ui};
 
 use crate::pipeline::space::human_bytes;
 
-/// One process on one GPU.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Row {
-    /// GPU index.
-    pub gpu: u32,
-    /// Process id.
-    pub pid: u32,
-    /// NVML's used bytes (`None`: n/a).
-    pub used: Option<u64>,
-    /// Owner ("?" when unknown).
-    pub user: String,
-    /// Command line.
-    pub command: String,
-    /// Whether fragprobe's probe runs inside it.
-    pub probed: bool,
-    /// Bytes the probe tracks live, when probed.
-    pub tracked: Option<u64>,
-    /// "C" compute, "G" graphics, "C+G".
-    pub kind: String,
-}
-
-/// What the panel shows.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Input {
-    /// Rows, any order (the panel sorts by GPU, then used bytes).
-    pub rows: Vec<Row>,
-    /// Why there are no NVML rows, if so.
-    pub unavailable: Option<String>,
-}
+pub use crate::pipeline::panels::processes::{Input, Row};
 
 /// Draws the table. Returns the pid the user picked (to show its space on the map).
 pub fn ui(ui: &mut Ui, input: &Input) -> Option<u32> {

@@ -7,6 +7,8 @@ use egui_plot::{Legend, Line, LineStyle, Plot, VLine};
 
 use crate::pipeline::space::human_bytes;
 
+pub use crate::pipeline::panels::timeline::{Curve, Input, Marker};
+
 /// Colour of the time cursor.
 pub const CURSOR: Color32 = Color32::from_rgb(255, 255, 255);
 /// Width of both plots' y axes, so their time axes line up.
@@ -15,43 +17,6 @@ const AXIS_WIDTH: f32 = 64.0;
 pub const FAILURES: &str = "failed allocations";
 /// Colour of failed-allocation markers.
 pub const FAILURE: Color32 = Color32::from_rgb(229, 57, 53);
-
-/// One curve, already downsampled (min/max per pixel column, so peaks survive).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Curve {
-    /// Legend name.
-    pub name: String,
-    /// Line colour.
-    pub colour: Color32,
-    /// `[seconds since start, value]`, in time order.
-    pub points: Vec<[f64; 2]>,
-    /// Drawn dashed (reference lines).
-    pub dashed: bool,
-}
-
-/// A moment to mark (a failed allocation, an OOM).
-#[derive(Clone, Debug, PartialEq)]
-pub struct Marker {
-    /// Seconds since start.
-    pub t: f64,
-    /// Hover text.
-    pub text: String,
-}
-
-/// What the timeline draws this frame.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Input {
-    /// Curves in bytes.
-    pub bytes: Vec<Curve>,
-    /// Curves in 0..=1 (fragmentation ratio).
-    pub ratio: Vec<Curve>,
-    /// Failures.
-    pub markers: Vec<Marker>,
-    /// The device's total bytes (draws the total and the threshold line).
-    pub device_total: Option<f64>,
-    /// The run's time span in seconds.
-    pub span: (f64, f64),
-}
 
 /// Remembered timeline settings.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]

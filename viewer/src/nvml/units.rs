@@ -1,4 +1,5 @@
-//! Formatting helpers: byte sizes, ISO-8601 timestamps, text bars.
+//! Formatting and parsing helpers: byte sizes, ISO-8601 timestamps, text bars, sampling
+//! intervals.
 
 /// Bytes per MiB.
 pub const MIB: u64 = 1 << 20;
@@ -110,6 +111,29 @@ pub fn bar(fraction: f64, width: usize) -> String {
     };
     let filled = ((f * width as f64).round() as usize).min(width);
     format!("[{}{}]", "#".repeat(filled), " ".repeat(width - filled))
+}
+
+/// The shortest sampling interval `watch`, `log` and `--nvml-interval` take.
+pub const MIN_INTERVAL_S: f64 = 0.01;
+
+/// Parses a positive interval in seconds, at least [`MIN_INTERVAL_S`].
+pub fn parse_interval(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+        return Err(format!(
+            "interval must be between 0 and 86400 seconds, got {s}"
+        ));
+    }
+    if v < MIN_INTERVAL_S {
+        // NVML itself refreshes its figures no faster; below this a sampler only spins.
+        return Err(format!(
+            "'{s}': the shortest interval is {MIN_INTERVAL_S} s (10 ms)"
+        ));
+    }
+    Ok(v)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ pub mod crosscheck;
 pub mod feed;
 pub mod log;
 pub mod nvml;
+pub mod panels;
 pub mod progress;
 pub mod rewind;
 pub mod run;

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::gui::processes::Row;
+use super::panels::processes::Row;
 use crate::nvml::{Monitor, NvmlArgs, Snapshot};
 
 /// Samples kept per device for the timeline (one per second: two hours).

@@ -8,14 +8,14 @@ use fragprobe_shared::model::{
 
 use super::crosscheck::CrossCheck;
 use super::log::EventLog;
+use super::panels::compare;
+use super::panels::figures::Figures;
+use super::panels::timeline::{Curve, Input as TimelineInput, Marker};
 use super::run::Head;
 pub use super::run::{Baseline, Baselines};
 use super::space::{
     Hole, RegionDetail, RegionKind, RegionSource, RegionView, Segment, SpaceInfo, SpaceKey,
 };
-use crate::gui::compare;
-use crate::gui::figures::Figures;
-use crate::gui::timeline::{Curve, Input as TimelineInput, Marker};
 
 /// The viewer's kind of a model region (`None`: not drawn, e.g. physical handles).
 pub fn kind_of(k: model::RegionKind) -> Option<RegionKind> {

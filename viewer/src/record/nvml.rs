@@ -195,7 +195,7 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
     if s.trim().parse::<f64>() == Ok(0.0) {
         return Ok(Duration::ZERO);
     }
-    let secs = crate::cmd::watch::parse_interval(s)
+    let secs = crate::nvml::units::parse_interval(s)
         .map_err(|e| format!("{e}; give 0 for no NVML samples"))?;
     Ok(Duration::from_secs_f64(secs).max(MIN_INTERVAL))
 }

@@ -35,6 +35,7 @@
 //! the failure. `verdict` is `capacity`, `fragmentation` or `other`.
 
 pub mod compare;
+pub mod export;
 mod text;
 
 use serde::Serialize;

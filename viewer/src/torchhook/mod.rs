@@ -96,9 +96,11 @@ impl TorchHook {
         })
     }
 
-    /// Moves the snapshots next to the trace and names them in it (call before the trace
-    /// is closed). Problems are warnings: the recording itself is never lost over them.
-    pub fn attach(&self, rec: &mut crate::record::Recorder) {
+    /// Moves the snapshots next to the trace and returns the run-info entries that name
+    /// them, for the trace (write them before it is closed); `rings_seen` is how many
+    /// probed processes the recording saw. Problems are warnings: the recording itself is
+    /// never lost over them.
+    pub fn attach(&self, rings_seen: usize) -> Vec<Vec<u8>> {
         let found = match collect(&self.out, Some(&self.dest)) {
             Ok(f) => f,
             Err(e) => {
@@ -107,7 +109,7 @@ impl TorchHook {
                     self.out.display(),
                     self.dest.display()
                 );
-                return;
+                return Vec::new();
             }
         };
         let partial = std::fs::read_dir(&self.out)
@@ -122,22 +124,21 @@ impl TorchHook {
         }
         if found.is_empty() {
             let _ = std::fs::remove_dir(&self.dest);
-            if rec.rings_seen() > 0 && partial == 0 {
+            if rings_seen > 0 && partial == 0 {
                 eprintln!("fragprobe: warning: --torch-snapshot: no PyTorch snapshot was written. The hook runs in Python processes that import torch and then use CUDA; it does not run under `python -I`, `-S` or `-E`, when a launcher replaces PYTHONPATH, or when the process ends with os._exit or a signal");
             }
-            return;
+            return Vec::new();
         }
-        rec.write_trace(|w| {
-            for f in &found {
+        found
+            .iter()
+            .map(|f| {
                 let name = f.path.file_name().unwrap_or_default();
-                let rel = Found {
+                run_info(&Found {
                     path: Path::new(&self.dest_name).join(name),
                     ..f.clone()
-                };
-                w.write_run_info(&run_info(&rel))?;
-            }
-            Ok(())
-        });
+                })
+            })
+            .collect()
     }
 
     /// Removes the staging directory.
