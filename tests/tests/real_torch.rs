@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 
 use fragprobe_tests::cache;
-use fragprobe_tests::probe::{fragprobe, out_path, report_json, torch_run};
+use fragprobe_tests::probe::{fragprobe, out_path, report_json, torch_run, TORCH_TEST_ENV};
 use serde_json::Value;
 
 fn python() -> Option<PathBuf> {
@@ -52,6 +52,7 @@ fn recorded(py: &PathBuf, conf: &str, args: &[&str]) -> (Value, Value) {
             .args(args)
             .env("PYTORCH_CUDA_ALLOC_CONF", conf)
             .env_remove("PYTORCH_ALLOC_CONF")
+            .envs(TORCH_TEST_ENV)
             .output()
             .unwrap()
     });

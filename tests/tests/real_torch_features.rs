@@ -14,7 +14,7 @@ use std::process::{Command, Stdio};
 use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_tests::cache;
 use fragprobe_tests::probe::{
-    fragprobe, out_path, output_text, read_trace, report_json, torch_run,
+    fragprobe, out_path, output_text, read_trace, report_json, torch_run, TORCH_TEST_ENV,
 };
 use fragprobe_tests::sim::sim_env_on;
 use serde_json::Value;
@@ -38,6 +38,7 @@ fn feature(version: &str, what: &str, gpus: &str) -> Option<(Value, Vec<Record>,
             .arg(what)
             .env_remove("PYTORCH_CUDA_ALLOC_CONF")
             .env_remove("PYTORCH_ALLOC_CONF")
+            .envs(TORCH_TEST_ENV)
             .output()
             .unwrap()
     });

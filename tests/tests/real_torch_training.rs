@@ -22,7 +22,7 @@ use std::path::{Path, PathBuf};
 
 use fragprobe_shared::format::{Api, EventKind, Record};
 use fragprobe_tests::cache;
-use fragprobe_tests::probe::{fragprobe, out_path, read_trace, torch_run};
+use fragprobe_tests::probe::{fragprobe, out_path, read_trace, torch_run, TORCH_TEST_ENV};
 use serde_json::Value;
 
 fn train_py() -> PathBuf {
@@ -109,6 +109,7 @@ fn trains_and_matches(version: &str, conf: &str) -> Option<Vec<Value>> {
             // A simulated GPU of its own: the tests run at once, and thirteen trainings of
             // ~2.4 GB on one shared 24 GiB device would run each other out of memory.
             .env("FRAGPROBE_SIM_STATE", trace.with_extension("simgpu"))
+            .envs(TORCH_TEST_ENV)
             .output()
             .unwrap()
     };
