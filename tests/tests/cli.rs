@@ -306,3 +306,39 @@ fn demo_ends_in_a_fragmentation_oom() {
         .collect();
     assert_eq!(verdicts.last(), Some(&"fragmentation"), "{verdicts:?}");
 }
+
+#[test]
+fn a_snapshot_of_nothing_imports_and_simulate_says_what_to_record() {
+    // A program that never touches CUDA: its trace, exported, is a snapshot with no
+    // segments and no trace, as `torch.cuda.memory._snapshot()` gives before any allocation.
+    let trace = out_path("nothing.fpt");
+    let o = fragprobe()
+        .args(["record", "--simulated-gpu=1x1GiB", "-q", "-o"])
+        .arg(&trace)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let pickle = out_path("nothing.pickle");
+    let o = fragprobe()
+        .args(["export", "--format", "torch-snapshot"])
+        .arg(&trace)
+        .arg("-o")
+        .arg(&pickle)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // `import` shows what the file holds (nothing), with a note, and succeeds.
+    for cmd in [&["import"][..], &["import", "--json"]] {
+        let o = fragprobe().args(cmd).arg(&pickle).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{cmd:?}: {:?} {err}", o.status);
+        assert!(!o.stdout.is_empty(), "{cmd:?} printed nothing");
+        assert!(err.contains("no segments and no trace"), "{cmd:?}: {err}");
+    }
+    // `simulate` replays a trace, and there is none: it says how to record one.
+    let o = fragprobe().arg("simulate").arg(&pickle).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{err}");
+    assert!(err.contains("_record_memory_history"), "{err}");
+}

@@ -27,8 +27,6 @@ use fragprobe_shared::torch::{from_records, to_records, write_snapshot_pickle};
 use fragprobe_shared::trace::{Trace, TraceWriter};
 
 use super::simulate::{human, load};
-use crate::exit;
-use crate::load::CodedError;
 
 /// Options of `fragprobe import`.
 #[derive(clap::Args, Debug, Clone)]
@@ -233,13 +231,12 @@ fn write_pickle(snap: &Snapshot, out: &Path) -> anyhow::Result<()> {
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let snap = load(&args.snapshot)?;
     if snap.segments.is_empty() && snap.event_count() == 0 {
-        return Err(anyhow::Error::new(CodedError {
-            code: exit::BAD_INPUT,
-            message: format!(
-                "{}: the snapshot holds no segments and no trace",
-                args.snapshot.display()
-            ),
-        }));
+        // A well-formed snapshot of nothing (taken before anything was allocated, or of a
+        // device the program never used): not bad input, so it exits 0 as `simulate` does.
+        eprintln!(
+            "fragprobe: note: {} holds no segments and no trace: nothing was allocated when it was taken",
+            args.snapshot.display()
+        );
     }
     let devs = summarize(&snap);
     if args.json {
