@@ -303,6 +303,23 @@ fn processes_from_a_trace_are_listed_as_probed() {
 }
 
 #[test]
+fn a_process_known_only_from_its_records_is_not_called_probed() {
+    // What an imported PyTorch snapshot gives: allocations, and no process start from a
+    // probe.
+    let dir = temp_dir("procs-imported");
+    let mut s = fragmented(111, None);
+    s.records
+        .retain(|r| r.kind != EventKind::ProcessStart as u16);
+    let run = loaded_run(&s, &dir, "p.fpt", 0);
+    let mut v = viewer_over(vec![run]);
+    v.options.tab = Tab::Processes;
+    let mut h = harness(v);
+    settle(&mut h);
+    assert!(h.query_by_label("111").is_some());
+    assert!(h.query_by_label("probed").is_none());
+}
+
+#[test]
 fn live_feed_shows_nvml_unavailable_and_ring_drops() {
     let (tx, rx) = feed("live");
     let run = Run::start(0, Source::Feed(rx)).unwrap();

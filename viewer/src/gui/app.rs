@@ -971,7 +971,9 @@ impl Viewer {
                                 .map(|(_, v)| v.clone())
                                 .unwrap_or_else(|| "?".into()),
                             command: p.info().cmdline.join(" "),
-                            probed: true,
+                            // The probe announces each process it runs in; a
+                            // process only seen in an imported snapshot's records was not.
+                            probed: p.start().is_some(),
                             tracked: Some(sp.totals().live_bytes),
                             kind: "C".into(),
                         });
