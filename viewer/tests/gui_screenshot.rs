@@ -88,3 +88,33 @@ fn bad_arguments_are_usage_errors() {
         );
     }
 }
+
+#[test]
+fn the_figures_panel_and_the_map_panel_are_different_pictures() {
+    let dir = temp_dir("shot-panels");
+    let trace = dir.join("frag.fpt");
+    fragmented(33, None).write(&trace);
+    let shot = |panel: &str| {
+        let out = dir.join(format!("{panel}.png"));
+        let args = Args {
+            traces: vec![trace.clone()],
+            screenshot: Some(out.clone()),
+            size: "1000x700".into(),
+            panel: Some(panel.into()),
+            no_nvml: true,
+            ..Args::default()
+        };
+        view::run(&args).expect("renders");
+        read_png(&out).2
+    };
+    let (map, figures) = (shot("map"), shot("figures"));
+    assert_ne!(map, figures);
+    // The map alone has the whole width; beside the figures it has less.
+    let plain = |rgba: &[u8]| count(rgba, kind_colour(RegionKind::Plain));
+    assert!(
+        plain(&map) > plain(&figures),
+        "map {} vs with figures {}",
+        plain(&map),
+        plain(&figures)
+    );
+}

@@ -245,7 +245,7 @@ pub fn screenshot_to(
     }
     if let Some((t, figures)) = tab {
         options.tab = t;
-        options.show_figures |= figures;
+        panel_figures(&mut options, t, figures);
     }
     let mut viewer = Viewer::new(runs, options, None);
     for r in &viewer.runs {
@@ -298,8 +298,8 @@ fn window(
         native,
         Box::new(move |cc| {
             let mut a = App::new(cc, runs, nvml, tab.map(|t| t.0));
-            if tab.is_some_and(|t| t.1) {
-                a.viewer.options.show_figures = true;
+            if let Some((t, figures)) = tab {
+                panel_figures(&mut a.viewer.options, t, figures);
             }
             apply_at(&mut a.viewer, at);
             Ok(Box::new(a))
@@ -317,6 +317,14 @@ fn window(
             };
             bail!("cannot open the viewer window: {e}; {hint}")
         }
+    }
+}
+
+/// `--panel map` is the map alone (all the width for it) and `--panel figures` the map
+/// with the figures beside it; other panels keep the figures setting as it is.
+fn panel_figures(options: &mut Options, tab: Tab, figures: bool) {
+    if tab == Tab::Map {
+        options.show_figures = figures;
     }
 }
 
