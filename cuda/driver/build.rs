@@ -8,8 +8,10 @@ use std::path::Path;
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libcuda.so.1");
     // Calls and function pointers inside the library bind to its own definitions, as in the
-    // real driver, even when an LD_PRELOAD interposer exports the same names.
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
+    // real driver, even when an LD_PRELOAD interposer exports the same names. (-Bsymbolic,
+    // not -Bsymbolic-functions: the library exports only functions, so the two bind the
+    // same, and zig's linker, which builds the wheel against an old glibc, takes only this.)
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic");
     println!("cargo:rerun-if-changed=entry_points.txt");
     println!("cargo:rerun-if-changed=src/api");
 

@@ -1,4 +1,4 @@
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libnvidia-ml.so.1");
-    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic-functions");
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-Bsymbolic");
 }

@@ -7,6 +7,7 @@
 pub mod cmd;
 pub mod exit;
 pub mod gui;
+pub mod install;
 pub mod load;
 pub mod nvml;
 pub mod pipeline;

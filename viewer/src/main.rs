@@ -46,6 +46,8 @@ enum Command {
     Plot(cmd::plot::Args),
     /// Explain why a run ran out of memory, from the evidence.
     Doctor(cmd::doctor::Args),
+    /// Print the path of libfragprobe.so, for `LD_PRELOAD=$(fragprobe probe-path) CMD`.
+    ProbePath(cmd::probe_path::Args),
     #[command(name = "__demo-workload", hide = true)]
     DemoWorkload {
         #[arg(default_value_t = 6)]
@@ -71,6 +73,7 @@ fn main() -> ExitCode {
         Command::Log(a) => cmd::log::run(a),
         Command::Plot(a) => cmd::plot::run(a),
         Command::Doctor(a) => cmd::doctor::run(a),
+        Command::ProbePath(a) => cmd::probe_path::run(a),
         Command::DemoWorkload { iterations } => cmd::demo::workload(*iterations),
     };
     match result {

@@ -8,6 +8,7 @@ pub mod export;
 pub mod import;
 pub mod log;
 pub mod plot;
+pub mod probe_path;
 pub mod record;
 pub mod report;
 pub mod run;

@@ -4,21 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-/// Where the stand-ins were built: `$FRAGPROBE_ARTIFACT_DIR`, else the directory of the
-/// running executable (`target/<profile>/`; a test binary in `deps/` looks one level up).
+/// Where the stand-ins are (see [`crate::install`]).
 pub fn artifact_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("FRAGPROBE_ARTIFACT_DIR") {
-        return PathBuf::from(d);
-    }
-    let dir = std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("."));
-    if dir.file_name().is_some_and(|n| n == "deps") {
-        dir.parent().map(Path::to_path_buf).unwrap_or(dir)
-    } else {
-        dir
-    }
+    crate::install::artifact_dir()
 }
 
 /// A per-user, per-build directory for the library links, so that a debug and a release

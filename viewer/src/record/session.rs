@@ -82,27 +82,20 @@ fn install_forwarding() {
     }
 }
 
-/// The directory of the running `fragprobe` executable: where `cargo build` puts
-/// `libfragprobe.so` and the simulated GPU's libraries too.
+/// Where the probe and the simulated GPU's libraries are (see [`crate::install`]).
 pub fn artifact_dir() -> PathBuf {
-    if let Some(d) = std::env::var_os("FRAGPROBE_ARTIFACT_DIR") {
-        return PathBuf::from(d);
-    }
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("."))
+    crate::install::artifact_dir()
 }
 
-/// The probe library: `$FRAGPROBE_PROBE_LIB`, else beside the executable, else `../lib`.
+/// The probe library: `$FRAGPROBE_PROBE_LIB`, else in [`artifact_dir`], else `../lib`.
 pub fn probe_library() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("FRAGPROBE_PROBE_LIB") {
         return Ok(PathBuf::from(p));
     }
     let dir = artifact_dir();
     for cand in [
-        dir.join("libfragprobe.so"),
-        dir.join("../lib/libfragprobe.so"),
+        dir.join(crate::install::PROBE_LIB),
+        dir.join("../lib").join(crate::install::PROBE_LIB),
     ] {
         if cand.is_file() {
             return Ok(cand);
