@@ -11,6 +11,7 @@ Each prints `RESULT {json}` with what PyTorch itself says.
 """
 import json
 import sys
+import time
 
 import torch
 
@@ -59,3 +60,11 @@ elif what == "hold":
     x = torch.empty(400 << 20, dtype=torch.uint8, device="cuda")
     result(reserved=torch.cuda.memory_reserved())
     sys.stdin.read()
+
+# Let autograd's device threads finish dropping the last backward pass's state before the
+# interpreter finalizes. Without this, a device thread that drops it a moment too late
+# takes the GIL during finalization, CPython ends the thread with pthread_exit, and the
+# unwind through a noexcept destructor calls std::terminate: SIGABRT after RESULT (PyTorch
+# 2.15, `conv`: 9 of 16 runs with two at once on 2 cores, 0 of 12 alone). Sleeping
+# releases the GIL, so a thread already waiting for it goes first.
+time.sleep(0.2)

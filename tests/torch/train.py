@@ -112,6 +112,10 @@ def main():
         if step % a.stats_every == 0 or step == a.steps:
             stats(step)
     print("DONE", flush=True)
+    # Let autograd's device threads drop the last backward pass's state before the
+    # interpreter finalizes (see the end of features.py: otherwise a SIGABRT after DONE
+    # now and then, when the machine is busy).
+    time.sleep(0.2)
 
 
 if __name__ == "__main__":
