@@ -342,3 +342,45 @@ fn a_snapshot_of_nothing_imports_and_simulate_says_what_to_record() {
     assert_eq!(o.status.code(), Some(4), "{err}");
     assert!(err.contains("_record_memory_history"), "{err}");
 }
+
+/// `demo --torch` with a Python that has no torch says so, and how to fix it, before
+/// anything runs.
+#[test]
+fn the_torch_demo_without_torch_says_what_to_install() {
+    let dir = out_path("no-torch");
+    std::fs::create_dir_all(&dir).unwrap();
+    let fake = dir.join("python");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho \"ModuleNotFoundError: No module named 'torch'\" >&2\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (python, says) in [
+        (
+            fake.clone(),
+            "cannot import torch (ModuleNotFoundError: No module named 'torch')",
+        ),
+        (dir.join("missing"), "cannot run"),
+    ] {
+        let o = fragprobe()
+            .args(["demo", "--torch", "--python"])
+            .arg(&python)
+            .arg("-o")
+            .arg(dir.join("out"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(3), "{err}");
+        assert!(
+            err.contains(says) && err.contains("pip install torch"),
+            "{err}"
+        );
+        assert!(
+            !dir.join("out").exists(),
+            "nothing is written before torch is found"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

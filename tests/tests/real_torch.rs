@@ -125,3 +125,66 @@ fn cublas_gemms_run_and_computed_values_are_zeros() {
     assert_eq!(s["num_ooms"], 0);
     assert!(r["allocations"]["ok"].as_u64().unwrap() >= 6, "{r:#}");
 }
+
+/// `fragprobe demo --torch`: the real-PyTorch demo ends in a fragmentation OOM under the
+/// default allocator and fits with expandable_segments:True, and fragprobe's account of
+/// both runs agrees with what PyTorch itself printed (its `DEMO` line).
+#[test]
+fn the_torch_demo_ooms_from_fragmentation_and_fits_with_expandable_segments() {
+    let Some(py) = python() else { return };
+    let dir = out_path("demo-torch");
+    let o = fragprobe()
+        .args(["demo", "--torch", "--python"])
+        .arg(&py)
+        .arg("-o")
+        .arg(&dir)
+        .envs(TORCH_TEST_ENV)
+        .env_remove("PYTORCH_CUDA_ALLOC_CONF")
+        .env_remove("PYTORCH_ALLOC_CONF")
+        .output()
+        .unwrap();
+    let out = fragprobe_tests::probe::output_text(&o);
+    assert!(o.status.success(), "{out}");
+    // PyTorch's own account: the request, and whether it fit, per run
+    let demo: Vec<Value> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("DEMO "))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(demo.len(), 2, "{out}");
+    assert_eq!(demo[0]["fits"], false, "{out}");
+    assert_eq!(demo[0]["num_ooms"], 1, "{out}");
+    assert_eq!(demo[1]["fits"], true, "{out}");
+    assert_eq!(demo[1]["num_ooms"], 0, "{out}");
+    // fragprobe's account of the same runs
+    let native = report_json(&dir.join("01-default.fpt"));
+    let oom = &native["torch_snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| !t["oom"].is_null())
+        .unwrap_or_else(|| panic!("no OOM snapshot: {native}"))["oom"];
+    let n = |v: &Value| v.as_u64().unwrap();
+    let asked = n(&demo[0]["request_mib"]) << 20;
+    assert!(
+        n(&oom["request"]).abs_diff(asked) < 2 << 20,
+        "{oom} vs {asked}"
+    );
+    assert_eq!(oom["verdict"], "fragmentation", "{oom}");
+    assert!(n(&oom["device_free"]) < n(&oom["request"]), "{oom}");
+    assert!(n(&oom["largest_free_block"]) < n(&oom["request"]), "{oom}");
+    assert!(
+        n(&oom["device_free"]) + n(&oom["cached_free"]) >= n(&oom["request"]),
+        "{oom}"
+    );
+    assert_eq!(oom["expandable_segments"], false);
+    let expandable = report_json(&dir.join("02-expandable_segments_True.fpt"));
+    assert_eq!(expandable["allocations"]["failed"], 0, "{expandable}");
+    assert!(expandable["torch_snapshots"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .all(|t| t["oom"].is_null()));
+    assert!(out.contains("expandable_segments:True avoided it"), "{out}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -230,8 +230,80 @@ impl From<&Stats> for PeakFigures {
     }
 }
 
+/// The caching allocator's side of an OOM: a failed request judged against the allocator
+/// state at that moment (a snapshot dumped at the OOM), with PyTorch's own `device_free`.
+///
+/// The same rule as the driver-level verdict ([`crate::model::verdict()`]), one layer up:
+/// free in total is what the driver still has plus what PyTorch holds unallocated in its
+/// segments; the largest piece is the larger of the driver's free bytes and the largest
+/// free block inside the segments. (An expandable segment can also grow its free tail
+/// into the driver's free memory; that is not counted as one piece here.)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocatorOom {
+    /// Bytes asked for (PyTorch's rounded size).
+    pub request: u64,
+    /// The device's free bytes, as PyTorch saw them.
+    pub device_free: u64,
+    /// Reserved but unallocated bytes inside PyTorch's segments.
+    pub cached_free: u64,
+    /// Largest free block inside the segments.
+    pub largest_free: u64,
+    /// Capacity, fragmentation or other.
+    pub verdict: crate::model::Verdict,
+}
+
+/// Judges an OOM of `request` bytes with `device_free` bytes free on the device, against
+/// the figures of that device's segments at the OOM.
+pub fn allocator_oom(request: u64, device_free: u64, f: &Figures) -> AllocatorOom {
+    let cached_free = f.reserved.saturating_sub(f.allocated);
+    let total = device_free.saturating_add(cached_free);
+    let largest = f.largest_free.max(device_free);
+    AllocatorOom {
+        request,
+        device_free,
+        cached_free,
+        largest_free: f.largest_free,
+        verdict: crate::model::verdict(request, Some((total, largest)), None),
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use crate::model::Verdict;
+
+    #[test]
+    fn an_oom_is_judged_with_the_free_memory_inside_the_segments() {
+        const MIB: u64 = 1 << 20;
+        // 52 segments of 20 MiB, each with a live 12 MiB block and an 8 MiB hole
+        let f = Figures {
+            reserved: 52 * 20 * MIB,
+            allocated: 52 * 12 * MIB,
+            largest_free: 8 * MIB,
+            ..Figures::default()
+        };
+        let o = allocator_oom(915 * MIB, 706 * MIB, &f);
+        assert_eq!(
+            (o.cached_free, o.verdict),
+            (416 * MIB, Verdict::Fragmentation)
+        );
+        assert_eq!(
+            allocator_oom(1200 * MIB, 706 * MIB, &f).verdict,
+            Verdict::Capacity
+        );
+        assert_eq!(
+            allocator_oom(700 * MIB, 706 * MIB, &f).verdict,
+            Verdict::Other
+        );
+        let one_hole = Figures {
+            largest_free: 416 * MIB,
+            ..f.clone()
+        };
+        assert_eq!(
+            allocator_oom(400 * MIB, 0, &one_hole).verdict,
+            Verdict::Other
+        );
+    }
+
     use super::*;
     use crate::torch::snapshot::Block;
 

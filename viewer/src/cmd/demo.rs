@@ -17,11 +17,14 @@ use crate::record::SessionOptions;
 /// The simulated device the demo runs on.
 pub const DEMO_GPU: &str = "1x4GiB";
 
+/// Where the demo's trace goes by default.
+pub const DEFAULT_OUTPUT: &str = "fragprobe-demo.fpt";
+
 /// Options of `fragprobe demo`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Where to write the trace.
-    #[arg(short, long, value_name = "FILE", default_value = "fragprobe-demo.fpt")]
+    #[arg(short, long, value_name = "FILE", default_value = DEFAULT_OUTPUT)]
     pub output: PathBuf,
     /// Do not open the viewer even if a display is available.
     #[arg(long)]
@@ -29,10 +32,29 @@ pub struct Args {
     /// Training iterations before the large request.
     #[arg(long, default_value_t = 6)]
     pub iterations: u32,
+    /// The demo on real PyTorch (needs a Python that imports torch): a short PyTorch
+    /// program that runs out of memory from fragmentation under the default allocator and
+    /// fits with expandable_segments:True, on a simulated GPU; both runs recorded with
+    /// PyTorch's own snapshots, reported and compared. `-o` then names a directory
+    /// (default fragprobe-demo-torch).
+    #[arg(long, conflicts_with = "iterations")]
+    pub torch: bool,
+    /// With `--torch`: the Python to run (default: a python3 beside fragprobe, as in a venv,
+    /// else python3 on PATH).
+    #[arg(long, value_name = "PATH", requires = "torch")]
+    pub python: Option<PathBuf>,
 }
 
 /// `fragprobe demo`.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
+    if args.torch {
+        let dir = if args.output == std::path::Path::new(DEFAULT_OUTPUT) {
+            PathBuf::from("fragprobe-demo-torch")
+        } else {
+            args.output.clone()
+        };
+        return super::demo_torch::run(&dir, args.python.as_deref());
+    }
     let exe = std::env::current_exe()?;
     let opts = SessionOptions {
         command: vec![

@@ -3,6 +3,7 @@
 pub mod attach;
 pub mod compare;
 pub mod demo;
+pub mod demo_torch;
 pub mod doctor;
 pub mod export;
 pub mod import;

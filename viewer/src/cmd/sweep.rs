@@ -50,6 +50,10 @@ pub struct Args {
     /// Print the comparison as JSON.
     #[arg(long)]
     pub json: bool,
+    /// `--torch-snapshot` for every run: PyTorch's own snapshots at exit and on OOM, joined
+    /// with each trace, and each OOM judged inside the caching allocator.
+    #[command(flatten)]
+    pub torch: super::run::TorchArgs,
     /// The command to run, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -68,6 +72,8 @@ pub struct SweepRun {
     pub wall_s: f64,
     /// Failed allocations with the verdict of each (`capacity`, `fragmentation`, `other`).
     pub failures: Vec<String>,
+    /// With `--torch-snapshot`: PyTorch's OOMs, judged inside its caching allocator.
+    pub torch_ooms: Vec<String>,
 }
 
 /// The sweep's result: the runs, and the comparison table of their reports.
@@ -124,11 +130,69 @@ pub fn trace_path(dir: &Path, i: usize, conf: &str) -> PathBuf {
     dir.join(format!("{:02}-{}.fpt", i + 1, slug(conf)))
 }
 
+/// What to sweep: one run of `command` per configuration, traces in `dir`.
+pub struct Plan {
+    /// The configurations, checked with [`check_confs`].
+    pub confs: Vec<String>,
+    /// The traces' directory (made if missing).
+    pub dir: PathBuf,
+    /// `--simulated-gpu`: `Some("")` the default devices, `Some(spec)`, or `None`: the real GPU.
+    pub simulated_gpu: Option<String>,
+    /// `--torch-snapshot`'s history length.
+    pub torch_snapshot: Option<u64>,
+    /// The command.
+    pub command: Vec<OsString>,
+    /// More environment for every run.
+    pub env: Vec<(OsString, OsString)>,
+}
+
+/// What a sweep produced.
+pub struct Swept {
+    /// The runs and their comparison.
+    pub sweep: Sweep,
+    /// Each run's report, in order.
+    pub reports: Vec<crate::report::Report>,
+    /// The traces' directory, absolute.
+    pub dir: PathBuf,
+    /// Whether some trace could not be written in full.
+    pub incomplete: bool,
+}
+
 /// `fragprobe sweep`.
 pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     check_confs(&args.confs, Version::DEFAULT)?;
-    let dir = args.out_dir.clone().unwrap_or_else(default_dir);
-    std::fs::create_dir_all(&dir)
+    let plan = Plan {
+        confs: args.confs.clone(),
+        dir: args.out_dir.clone().unwrap_or_else(default_dir),
+        simulated_gpu: args.simulated_gpu.clone(),
+        torch_snapshot: args.torch.max_entries(),
+        command: args.command.clone(),
+        env: Vec::new(),
+    };
+    let swept = match sweep(&plan)? {
+        Ok(s) => s,
+        Err(code) => return Ok(code),
+    };
+    if args.json {
+        crate::stdout::println(&serde_json::to_string_pretty(&swept.sweep)?)?;
+    } else {
+        crate::stdout::print(&format!(
+            "{}traces: {}\n",
+            render_sweep(&swept.sweep),
+            swept.dir.display()
+        ))?;
+    }
+    if swept.incomplete {
+        return Ok(ExitCode::from(crate::exit::TRACE_INCOMPLETE));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs the plan, one configuration after the other; `Ok(Err(code))` when the command
+/// could not be started (the message is printed).
+pub fn sweep(plan: &Plan) -> anyhow::Result<Result<Swept, ExitCode>> {
+    let dir = &plan.dir;
+    std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the sweep directory {}", dir.display()))?;
     // Absolute: the simulated device's state file must be the same for a workload that
     // changes directory, and for its children.
@@ -138,7 +202,7 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
     let mut runs = Vec::new();
     let mut incomplete = false;
     let mut reports = Vec::new();
-    for (i, conf) in args.confs.iter().enumerate() {
+    for (i, conf) in plan.confs.iter().enumerate() {
         let trace = trace_path(&dir, i, conf);
         let value: OsString = if conf == DEFAULT_CONF {
             OsString::new()
@@ -150,20 +214,21 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
             ("PYTORCH_ALLOC_CONF".into(), value),
             ("FRAGPROBE_LABEL".into(), conf.into()),
         ];
+        env.extend(plan.env.iter().cloned());
         let state = dir.join(format!(".simgpu-{}.state", i + 1));
-        if args.simulated_gpu.is_some() {
+        if plan.simulated_gpu.is_some() {
             // A fresh simulated device per run: runs must not see each other's leftovers.
             let _ = std::fs::remove_file(&state);
             env.push(("FRAGPROBE_SIM_STATE".into(), state.clone().into()));
         }
         let opts = SessionOptions {
-            command: args.command.clone(),
+            command: plan.command.clone(),
             trace: Some(trace.clone()),
-            simulated_gpu: args
+            simulated_gpu: plan
                 .simulated_gpu
                 .as_ref()
                 .map(|s| (!s.is_empty()).then(|| s.clone())),
-            torch_snapshot: None,
+            torch_snapshot: plan.torch_snapshot,
             no_probe: false,
             env,
             nvml_interval: Some(crate::record::nvml::DEFAULT_INTERVAL),
@@ -171,14 +236,14 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         eprintln!(
             "fragprobe sweep: run {}/{}: PYTORCH_CUDA_ALLOC_CONF={}",
             i + 1,
-            args.confs.len(),
+            plan.confs.len(),
             if conf == DEFAULT_CONF { "" } else { conf }
         );
         let out = match record_session(&opts, false)? {
             Ok(o) => o,
             Err(e) => {
                 eprintln!("{}", e.message);
-                return Ok(ExitCode::from(e.code));
+                return Ok(Err(ExitCode::from(e.code)));
             }
         };
         let _ = std::fs::remove_file(&state);
@@ -202,23 +267,21 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
                 .iter()
                 .map(|f| f.verdict.clone())
                 .collect(),
+            torch_ooms: report
+                .torch_snapshots
+                .iter()
+                .filter_map(|t| t.oom.as_ref().map(|o| o.verdict.clone()))
+                .collect(),
         });
         reports.push(report);
     }
     let sweep = build(runs, &reports);
-    if args.json {
-        crate::stdout::println(&serde_json::to_string_pretty(&sweep)?)?;
-    } else {
-        crate::stdout::print(&format!(
-            "{}traces: {}\n",
-            render_sweep(&sweep),
-            dir.display()
-        ))?;
-    }
-    if incomplete {
-        return Ok(ExitCode::from(crate::exit::TRACE_INCOMPLETE));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(Ok(Swept {
+        sweep,
+        reports,
+        dir,
+        incomplete,
+    }))
 }
 
 /// The comparison of the runs' reports, with the sweep's own rows added.
@@ -242,6 +305,20 @@ pub fn build(runs: Vec<SweepRun>, reports: &[crate::report::Report]) -> Sweep {
         count("capacity"),
         false,
     ));
+    if runs.iter().any(|r| !r.torch_ooms.is_empty()) {
+        for (name, v) in [
+            ("PyTorch OOMs from fragmentation", "fragmentation"),
+            ("PyTorch OOMs from capacity", "capacity"),
+        ] {
+            let n = runs
+                .iter()
+                .map(|r| r.torch_ooms.iter().filter(|f| *f == v).count() as f64)
+                .collect();
+            comparison
+                .rows
+                .push(Row::new(name, Better::Lower, n, false));
+        }
+    }
     comparison.rows.push(Row::new(
         "wall time s",
         Better::Lower,
@@ -262,11 +339,14 @@ pub fn render_sweep(s: &Sweep) -> String {
     let mut out = render(&s.comparison);
     out.push('\n');
     for (i, r) in s.runs.iter().enumerate() {
-        let fails = if r.failures.is_empty() {
+        let mut fails = if r.failures.is_empty() {
             "no failed allocation".to_string()
         } else {
             format!("failed allocations: {}", r.failures.join(", "))
         };
+        if !r.torch_ooms.is_empty() {
+            fails += &format!("; PyTorch OOMs: {}", r.torch_ooms.join(", "));
+        }
         out.push_str(&format!(
             "run {}: {} — exit {}, {:.2} s, {fails}; {}\n",
             i + 1,

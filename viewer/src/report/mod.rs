@@ -43,7 +43,7 @@ use serde::Serialize;
 use fragprobe_shared::format::EventKind;
 use fragprobe_shared::model::{Model, RunFigures, Verdict, ANOMALY_KINDS};
 
-pub use text::{bytes, duration, print_summary, render};
+pub use text::{bytes, duration, oom_line, print_summary, render};
 
 /// The report schema version.
 pub const REPORT_VERSION: u32 = 1;

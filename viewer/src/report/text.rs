@@ -191,8 +191,30 @@ pub fn torch_lines(r: &Report) -> String {
             t.ooms,
             t.path
         );
+        if let Some(m) = &t.oom {
+            let _ = writeln!(o, "                {}", oom_line(m));
+        }
     }
     o
+}
+
+/// What an OOM looked like inside PyTorch's caching allocator, and what would have helped.
+pub fn oom_line(m: &crate::torchhook::JoinedOom) -> String {
+    let state = format!(
+        "asked for {} on device {} with {} free on the device and {} free inside PyTorch's segments (largest free block {})",
+        bytes(m.request),
+        m.device,
+        bytes(m.device_free),
+        bytes(m.cached_free),
+        bytes(m.largest_free_block)
+    );
+    let why = match m.verdict.as_str() {
+        "fragmentation" if !m.expandable_segments => "FRAGMENTATION inside the caching allocator: enough was free in total, no piece was large enough, and no segment could be given back; PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets free space become one piece".to_string(),
+        "fragmentation" => "FRAGMENTATION inside the caching allocator: enough was free in total, no piece was large enough".to_string(),
+        "capacity" => "CAPACITY: less was free in total, PyTorch's cache included, than was asked for".to_string(),
+        _ => "neither capacity nor fragmentation: a free piece was large enough (another process, a pool limit or a setting such as max_split_size_mb)".to_string(),
+    };
+    format!("OOM: {state}: {why}")
 }
 
 /// The short summary `fragprobe run` prints at the end.

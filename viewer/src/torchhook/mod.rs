@@ -20,7 +20,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use fragprobe_shared::format::{EventKind, MetaKind, MetaWriter, Record};
-use fragprobe_shared::torch::figures::figures;
+use fragprobe_shared::torch::figures::{allocator_oom, figures};
 use fragprobe_shared::torch::load_snapshot;
 use fragprobe_shared::torch::snapshot::{Action, Segment};
 use fragprobe_shared::trace::Trace;
@@ -242,6 +242,59 @@ pub struct Joined {
     pub history_entries: usize,
     /// `oom` entries in the history.
     pub ooms: usize,
+    /// For a snapshot dumped at an OOM: that OOM judged at the allocator layer (the driver
+    /// may have had too little free for the request, while PyTorch held enough unallocated).
+    pub oom: Option<JoinedOom>,
+}
+
+/// An OOM judged inside PyTorch's caching allocator
+/// ([`fragprobe_shared::torch::figures::allocator_oom`]).
+#[derive(Clone, Debug, Serialize)]
+pub struct JoinedOom {
+    /// The device.
+    pub device: i32,
+    /// Bytes asked for.
+    pub request: u64,
+    /// The device's free bytes, as PyTorch saw them.
+    pub device_free: u64,
+    /// Reserved but unallocated bytes inside PyTorch's segments on that device.
+    pub cached_free: u64,
+    /// Largest free block inside those segments.
+    pub largest_free_block: u64,
+    /// `capacity`, `fragmentation` or `other`.
+    pub verdict: String,
+    /// Whether the process ran with `expandable_segments` (from the snapshot's settings,
+    /// else from its segments).
+    pub expandable_segments: bool,
+}
+
+/// The last OOM of `snap`, judged against its state (call for snapshots dumped at an OOM).
+fn oom_of(snap: &fragprobe_shared::torch::Snapshot) -> Option<JoinedOom> {
+    let (device, e) = snap
+        .devices()
+        .into_iter()
+        .filter_map(|d| {
+            snap.trace(d)
+                .iter()
+                .rev()
+                .find(|e| e.action == Action::Oom)
+                .map(|e| (d, *e))
+        })
+        .max_by_key(|(_, e)| e.time_us)?;
+    let segments: Vec<Segment> = snap.device_segments(device).cloned().collect();
+    let o = allocator_oom(e.size, e.addr, &figures(&segments));
+    Some(JoinedOom {
+        device,
+        request: o.request,
+        device_free: o.device_free,
+        cached_free: o.cached_free,
+        largest_free_block: o.largest_free,
+        verdict: o.verdict.name().to_string(),
+        expandable_segments: snap.settings.as_ref().map_or_else(
+            || segments.iter().any(|s| s.is_expandable),
+            |s| s.expandable_segments,
+        ),
+    })
 }
 
 /// The probe's device memory per process: `cudaMalloc`-like allocations (address, size)
@@ -334,6 +387,7 @@ pub fn join(trace: &Trace) -> Vec<Joined> {
                 largest_free_block: 0,
                 history_entries: 0,
                 ooms: 0,
+                oom: None,
             };
             let p = Path::new(&path);
             let full = if p.is_absolute() {
@@ -359,6 +413,9 @@ pub fn join(trace: &Trace) -> Vec<Joined> {
                         let t = snap.trace(d);
                         j.history_entries += t.len();
                         j.ooms += t.iter().filter(|e| e.action == Action::Oom).count();
+                    }
+                    if j.reason.starts_with("oom") {
+                        j.oom = oom_of(&snap);
                     }
                 }
             }
