@@ -141,3 +141,43 @@ fn expandable_segments_round_trip() {
     check("expandable_segments:True", None);
     check("expandable_segments:True", Some(600 << 20));
 }
+
+#[test]
+fn a_snapshot_without_settings_is_simulated_with_the_settings_it_shows() {
+    // PyTorch before ≈ 2.4 writes no allocator_settings; its expandable segments and
+    // segment_map entries say which setting it ran with.
+    let (s, cfg) = record("expandable_segments:True", 5, 3000, None);
+    assert!(s.settings.is_none());
+    let own = Config::of_snapshot(&s, Version::DEFAULT).unwrap();
+    assert!(own.expandable_segments, "{own:?}");
+    let why = own.inferred.as_deref().unwrap_or("");
+    assert!(
+        why.contains("no allocator_settings") && why.contains("segment_map"),
+        "{why}"
+    );
+    // (a snapshot does not record the device's total, which sizes the reservations: the
+    // recording's is given, as in the other round trips)
+    let r = verify_with(
+        &s,
+        &Config {
+            device_total: cfg.device_total,
+            ..own
+        },
+    )
+    .unwrap();
+    assert!(
+        r.is_exact(),
+        "with the inferred settings: {:?}",
+        r.devices[0].first_mismatch
+    );
+    // As native (what the simulator did before) the same file is not exact.
+    let native = Config {
+        device_total: cfg.device_total,
+        ..Config::parse("", Version::DEFAULT).unwrap()
+    };
+    assert!(!verify_with(&s, &native).unwrap().is_exact());
+    // And a native recording infers nothing.
+    let (n, _) = record("", 5, 3000, None);
+    let c = Config::of_snapshot(&n, Version::DEFAULT).unwrap();
+    assert!(!c.expandable_segments && c.inferred.is_none());
+}

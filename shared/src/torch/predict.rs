@@ -161,16 +161,10 @@ pub fn predict(
     version: Version,
     capacity: Option<u64>,
 ) -> PredictReport {
-    let own = match &snap.settings {
-        Some(s) => Config::from_settings(s, version).unwrap_or_else(|_| Config {
-            version,
-            ..Config::default()
-        }),
-        None => Config {
-            version,
-            ..Config::default()
-        },
-    };
+    let own = Config::of_snapshot(snap, version).unwrap_or_else(|_| Config {
+        version,
+        ..Config::default()
+    });
     let (_, w) = workload(snap, device, &own);
     let mut report = PredictReport {
         device,

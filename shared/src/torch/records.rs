@@ -36,11 +36,7 @@ fn record(kind: EventKind, device: i32, addr: u64, size: u64, ts_ns: u64) -> Rec
 /// Timestamps are the trace's `time_us` in nanoseconds (the previous entry's time when an
 /// entry has none); records of all devices are merged by time and numbered in order.
 pub fn to_records(snap: &Snapshot) -> Vec<Record> {
-    let cfg = snap
-        .settings
-        .as_ref()
-        .and_then(|s| Config::from_settings(s, Version::DEFAULT).ok())
-        .unwrap_or_default();
+    let cfg = Config::of_snapshot(snap, Version::DEFAULT).unwrap_or_default();
     let mut out = Vec::new();
     for device in snap.devices() {
         let finals: Vec<Segment> = snap.device_segments(device).cloned().collect();

@@ -162,17 +162,11 @@ impl AddressSource for Recorded {
 
 const FALLBACK_BASE: u64 = 1 << 56;
 
-/// Verifies every device of `snap` with the snapshot's own settings (defaults when the
-/// file has none) under the rules of `version`.
+/// Verifies every device of `snap` with the snapshot's own settings
+/// ([`Config::of_snapshot`]: recorded, else inferred, else the defaults) under the rules of
+/// `version`.
 pub fn verify(snap: &Snapshot, version: Version) -> Result<VerifyReport, ConfError> {
-    let cfg = match &snap.settings {
-        Some(s) => Config::from_settings(s, version)?,
-        None => Config {
-            version,
-            ..Config::default()
-        },
-    };
-    verify_with(snap, &cfg)
+    verify_with(snap, &Config::of_snapshot(snap, version)?)
 }
 
 /// Verifies every device of `snap` under `cfg`.

@@ -99,6 +99,9 @@ fn render_verify(r: &VerifyReport) -> String {
         "settings: {conf}  (rules of PyTorch {})\n",
         r.config.version
     ));
+    if let Some(why) = &r.config.inferred {
+        out.push_str(&format!("  inferred: {why}\n"));
+    }
     for d in &r.devices {
         let pct = |a: u64, b: u64| {
             if b == 0 {

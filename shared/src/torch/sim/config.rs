@@ -4,7 +4,7 @@
 use std::fmt;
 
 use super::rounding::{LARGE_BUFFER, ROUNDUP_INTERVALS};
-use crate::torch::snapshot::AllocatorSettings;
+use crate::torch::snapshot::{Action, AllocatorSettings, Snapshot};
 
 const MB: u64 = 1 << 20;
 
@@ -139,6 +139,9 @@ pub struct Config {
     pub capacity: Option<u64>,
     /// The configuration string this was parsed from.
     pub source: String,
+    /// Set when the configuration was inferred from what a snapshot shows, not read from
+    /// it: why (see [`Config::of_snapshot`]).
+    pub inferred: Option<String>,
 }
 
 impl Default for Config {
@@ -156,6 +159,7 @@ impl Default for Config {
             device_total: None,
             capacity: None,
             source: String::new(),
+            inferred: None,
         }
     }
 }
@@ -200,6 +204,37 @@ impl Config {
         c.expandable_segments = s.expandable_segments;
         c.garbage_collection_threshold = s.garbage_collection_threshold;
         c.roundup_power2_divisions = s.roundup_power2_divisions;
+        Ok(c)
+    }
+
+    /// The configuration `snap` was recorded under, with the rules of `version`: its
+    /// `allocator_settings` when it has them (PyTorch ≈ 2.4+ writes them); else inferred
+    /// from what it shows — `expandable_segments:True` when a segment is expandable or the
+    /// trace maps segments (`segment_map`/`segment_unmap`), which only that setting does —
+    /// with [`Config::inferred`] saying so; else PyTorch's defaults.
+    pub fn of_snapshot(snap: &Snapshot, version: Version) -> Result<Config, ConfError> {
+        if let Some(s) = &snap.settings {
+            return Config::from_settings(s, version);
+        }
+        let expandable = snap.segments.iter().filter(|s| s.is_expandable).count();
+        let maps = snap
+            .devices()
+            .into_iter()
+            .flat_map(|d| snap.trace(d))
+            .filter(|e| matches!(e.action, Action::SegmentMap | Action::SegmentUnmap))
+            .count();
+        let mut c = Config {
+            version,
+            ..Config::default()
+        };
+        if expandable > 0 || maps > 0 {
+            c.expandable_segments = true;
+            c.source = "expandable_segments:True".into();
+            c.inferred = Some(format!(
+                "the file has no allocator_settings; {expandable} of its {} segments are expandable and its trace has {maps} segment_map/segment_unmap entries, which only expandable_segments:True makes",
+                snap.segments.len()
+            ));
+        }
         Ok(c)
     }
 
