@@ -384,3 +384,65 @@ fn the_torch_demo_without_torch_says_what_to_install() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A snapshot without `allocator_settings` (PyTorch before ≈ 2.4) whose segments are
+/// expandable: `import` and `simulate --verify` say expandable_segments:True was inferred.
+/// The file is made here, with the project's own allocator simulator and exporter.
+#[test]
+fn settings_a_snapshot_does_not_record_are_inferred_from_its_segments() {
+    use fragprobe_shared::torch::sim::{Allocator, Config, FirstFit, Version};
+    let mut cfg = Config::parse("expandable_segments:True", Version::DEFAULT).unwrap();
+    cfg.device_total = Some(8 << 30);
+    let mut a = Allocator::new(cfg);
+    a.record_events(true);
+    let mut src = FirstFit::new();
+    let x: Vec<u64> = (1..=6u64)
+        .map(|i| a.malloc(i * (3 << 20), 0, &mut src).unwrap())
+        .collect();
+    a.free(x[1]).unwrap();
+    use fragprobe_shared::torch::snapshot::{FormatInfo, SnapshotLayout};
+    let snap = fragprobe_shared::torch::Snapshot {
+        format: FormatInfo {
+            layout: SnapshotLayout::Dict,
+            pickle_protocol: 4,
+            has_time_us: false,
+            has_settings: false,
+            legacy_history: false,
+        },
+        segments: a.segments(0),
+        traces: vec![a.take_events()],
+        settings: None,
+        stacks: Default::default(),
+        annotations: 0,
+    };
+    assert!(snap.settings.is_none());
+    let path = out_path("no-settings.pickle");
+    let f = std::fs::File::create(&path).unwrap();
+    fragprobe_shared::torch::write_snapshot_pickle(f, &snap).unwrap();
+    let o = fragprobe()
+        .args(["import", "-o"])
+        .arg(out_path("no-settings.fpt"))
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(o.status.success(), "{text}");
+    assert!(
+        text.contains("settings: not recorded; expandable_segments:True inferred (the file has no allocator_settings"),
+        "{text}"
+    );
+    let o = fragprobe()
+        .args(["simulate", "--verify"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        text.contains("settings: expandable_segments:True") && text.contains("inferred:"),
+        "{text}"
+    );
+}

@@ -110,7 +110,18 @@ fn render(snap: &Snapshot, path: &Path, devs: &[DeviceSummary]) -> String {
             s.expandable_segments,
             s.garbage_collection_threshold
         )),
-        None => out.push_str("settings: not recorded (assuming defaults)\n"),
+        None => match fragprobe_shared::torch::sim::Config::of_snapshot(
+            snap,
+            fragprobe_shared::torch::sim::Version::DEFAULT,
+        )
+        .ok()
+        .and_then(|c| c.inferred.map(|why| (c.source, why)))
+        {
+            Some((conf, why)) => out.push_str(&format!(
+                "settings: not recorded; {conf} inferred ({why})\n"
+            )),
+            None => out.push_str("settings: not recorded (assuming defaults)\n"),
+        },
     }
     let pct = |x: f64| format!("{:.1} %", 100.0 * x);
     for d in devs {
