@@ -19,6 +19,49 @@ pub struct Frame {
     pub name: Arc<str>,
 }
 
+/// Function names whose frames a viewer leaves out: PyTorch's own unwinder and capture, the
+/// C start-up, CPython's call machinery. The same list as PyTorch's memory_viz
+/// (`torch.cuda._memory_viz._frame_filter`), so both show the same stacks.
+const HIDDEN_FUNCTIONS: [&str; 8] = [
+    "unwind::unwind",
+    "CapturedTraceback::gather",
+    "gather_with_cpp",
+    "_start",
+    "__libc_start_main",
+    "PyEval_",
+    "PyObject_",
+    "PyFunction_",
+];
+/// File names whose frames a viewer leaves out: the dispatcher's boxing and registration,
+/// CPython's interpreter loop (memory_viz's list too).
+const HIDDEN_FILES: [&str; 10] = [
+    "core/boxing",
+    "/Register",
+    "/Redispatch",
+    "pythonrun.c",
+    "Modules/main.c",
+    "Objects/call.c",
+    "Objects/methodobject.c",
+    "pycore_ceval.h",
+    "ceval.c",
+    "cpython/abstract.h",
+];
+
+impl Frame {
+    /// Whether a viewer shows this frame: not one of PyTorch's unwinder, the C start-up or
+    /// CPython's interpreter (the rule of PyTorch's memory_viz: a name or file name that
+    /// contains one of its listed parts).
+    pub fn is_shown(&self) -> bool {
+        !HIDDEN_FUNCTIONS.iter().any(|h| self.name.contains(h))
+            && !HIDDEN_FILES.iter().any(|h| self.filename.contains(h))
+    }
+
+    /// Whether this is a Python frame (the user's model code, usually).
+    pub fn is_python(&self) -> bool {
+        self.filename.ends_with(".py")
+    }
+}
+
 /// Index of an interned frame.
 pub type FrameId = u32;
 /// Index of an interned stack; [`EMPTY_STACK`] is the stack with no frames.
@@ -96,6 +139,11 @@ impl Stacks {
             .filter_map(|&f| self.frames.get(f as usize))
     }
 
+    /// The frames of stack `id` a viewer shows ([`Frame::is_shown`]), innermost first.
+    pub fn shown_frames(&self, id: StackId) -> impl Iterator<Item = &Frame> + '_ {
+        self.frames(id).filter(|f| f.is_shown())
+    }
+
     /// Number of distinct frames.
     pub fn frame_count(&self) -> usize {
         self.frames.len()
@@ -104,5 +152,68 @@ impl Stacks {
     /// Number of distinct stacks (including the empty one).
     pub fn stack_count(&self) -> usize {
         self.starts.len() - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(filename: &str, line: i64, name: &str) -> Frame {
+        Frame {
+            filename: filename.into(),
+            line,
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn a_viewer_leaves_out_the_unwinder_and_the_interpreter_as_memory_viz_does() {
+        let mut s = Stacks::default();
+        let frames = [
+            frame("??", 0, "torch::unwind::unwind()"),
+            frame(
+                "??",
+                0,
+                "torch::CapturedTraceback::gather(bool, bool, bool)",
+            ),
+            frame(
+                "/pytorch/c10/cuda/CUDACachingAllocator.cpp",
+                1321,
+                "c10::cuda::CUDACachingAllocator::Native::DeviceCachingAllocator::malloc",
+            ),
+            frame(
+                "/pytorch/aten/src/ATen/core/boxing/impl/make_boxed_from_unboxed_functor.h",
+                485,
+                "call",
+            ),
+            frame(
+                "/usr/local/src/conda/python-3.11/Python/ceval.c",
+                5305,
+                "_PyEval_EvalFrameDefault",
+            ),
+            frame("/home/me/train.py", 42, "forward"),
+            frame(
+                "/usr/local/src/conda/python-3.11/Objects/call.c",
+                92,
+                "_PyObject_MakeTpCall",
+            ),
+            frame("/home/me/train.py", 80, "<module>"),
+            frame("??", 0, "__libc_start_main"),
+            frame("??", 0, "_start"),
+        ];
+        let ids: Vec<FrameId> = frames.iter().cloned().map(|f| s.frame(f)).collect();
+        let st = s.stack(&ids);
+        let shown: Vec<(&str, i64)> = s.shown_frames(st).map(|f| (&*f.filename, f.line)).collect();
+        assert_eq!(
+            shown,
+            [
+                ("/pytorch/c10/cuda/CUDACachingAllocator.cpp", 1321),
+                ("/home/me/train.py", 42),
+                ("/home/me/train.py", 80)
+            ]
+        );
+        assert_eq!(s.frames(st).count(), 10, "frames() still has them all");
+        assert!(frames[5].is_python() && !frames[2].is_python());
     }
 }

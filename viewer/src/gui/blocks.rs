@@ -330,7 +330,7 @@ pub fn ui(
                 human_bytes(b.size),
                 b.address
             ));
-            if let Some(f) = layer.frames(b.stack).first() {
+            if let Some(f) = layer.site(b.stack) {
                 ui.monospace(f);
             }
         }
@@ -448,11 +448,19 @@ pub fn block_ui(ui: &mut Ui, layer: &AllocatorLayer, d: &DeviceLayer, b: &BlockV
             }
         });
     let frames = layer.frames(b.stack);
-    if frames.is_empty() {
+    let hidden = layer.hidden_frames(b.stack);
+    if frames.is_empty() && hidden == 0 {
         ui.label("No frames recorded for this block (history was off when it was allocated).");
         return;
     }
-    ui.label(format!("frames ({}, innermost first)", frames.len()));
+    if hidden > 0 {
+        ui.label(format!(
+            "frames ({}, innermost first; {hidden} of PyTorch's unwinder and CPython's interpreter left out, as memory_viz does)",
+            frames.len()
+        ));
+    } else {
+        ui.label(format!("frames ({}, innermost first)", frames.len()));
+    }
     egui::ScrollArea::vertical()
         .id_salt("block-frames")
         .max_height(ui.available_height().max(120.0))

@@ -283,6 +283,10 @@ fn parts(b: &BlockView, len: u64) -> impl Iterator<Item = (Category, u64)> {
     std::iter::once(first).chain(second)
 }
 
+fn frame_text(f: &fragprobe_shared::torch::stacks::Frame) -> String {
+    format!("{}:{} {}", f.filename, f.line, f.name)
+}
+
 /// The allocator layer of a snapshot: one [`DeviceLayer`] per device and the frames.
 #[derive(Clone, Debug, Default)]
 pub struct AllocatorLayer {
@@ -336,12 +340,24 @@ impl AllocatorLayer {
         self.devices.iter().find(|d| d.device == ordinal)
     }
 
-    /// The frames of `stack`, innermost first, as `filename:line name`.
+    /// The frames of `stack` a viewer shows, innermost first, as `filename:line name`:
+    /// PyTorch's unwinder, the C start-up and CPython's interpreter frames are left out, as
+    /// PyTorch's memory_viz leaves them out ([`fragprobe_shared::torch::stacks::Frame::is_shown`]).
     pub fn frames(&self, stack: StackId) -> Vec<String> {
-        self.stacks
-            .frames(stack)
-            .map(|f| format!("{}:{} {}", f.filename, f.line, f.name))
-            .collect()
+        self.stacks.shown_frames(stack).map(frame_text).collect()
+    }
+
+    /// How many frames of `stack` [`AllocatorLayer::frames`] leaves out.
+    pub fn hidden_frames(&self, stack: StackId) -> usize {
+        self.stacks.frames(stack).filter(|f| !f.is_shown()).count()
+    }
+
+    /// The one frame that says where a block came from: the innermost Python frame (the
+    /// program's own line), else the innermost shown frame.
+    pub fn site(&self, stack: StackId) -> Option<String> {
+        let mut shown = self.stacks.shown_frames(stack).peekable();
+        let first = shown.peek().cloned();
+        shown.find(|f| f.is_python()).or(first).map(frame_text)
     }
 
     /// Blocks over every device.
@@ -505,10 +521,18 @@ mod tests {
         let expect: Vec<String> = snap
             .stacks
             .frames(want.stack)
+            .filter(|f| f.is_shown())
             .map(|f| format!("{}:{} {}", f.filename, f.line, f.name))
             .collect();
         assert!(!frames.is_empty());
         assert_eq!(frames, expect);
+        assert!(
+            frames
+                .iter()
+                .all(|f| !f.contains("unwind::unwind") && !f.contains("ceval.c")),
+            "{frames:?}"
+        );
+        assert!(layer.site(got.stack).is_some_and(|s| s.contains(".py:")));
         assert!(
             frames.iter().any(|f| f.contains(".py:")),
             "Python frames: {frames:?}"
