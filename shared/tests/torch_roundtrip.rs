@@ -181,3 +181,49 @@ fn a_snapshot_without_settings_is_simulated_with_the_settings_it_shows() {
     let c = Config::of_snapshot(&n, Version::DEFAULT).unwrap();
     assert!(!c.expandable_segments && c.inferred.is_none());
 }
+
+#[test]
+fn an_expandable_snapshot_imports_as_handles_mapped_inside_reservations() {
+    use fragprobe_shared::format::EventKind;
+    use fragprobe_shared::model::{Model, RunFigures};
+    use fragprobe_shared::torch::to_records;
+    // With unmaps (empty_cache), a tight device (OOM retries) and several streams.
+    for (seed, capacity) in [(5u64, None), (7, Some(600u64 << 20)), (42, None)] {
+        let (s, cfg) = record("expandable_segments:True", seed, 3000, capacity);
+        let recs = to_records(&s);
+        let mut m = Model::new();
+        for r in &recs {
+            m.apply(r);
+        }
+        assert_eq!(m.anomalies().total(), 0, "seed {seed}: {:?}", m.anomalies());
+        let count = |k: EventKind| recs.iter().filter(|r| r.kind() == Some(k)).count();
+        let maps = s.traces[0]
+            .iter()
+            .filter(|e| e.action == Action::SegmentMap)
+            .count();
+        assert!(maps > 0 && count(EventKind::MemUnmap) > 0, "seed {seed}");
+        assert_eq!(count(EventKind::MemCreate), count(EventKind::MemMap));
+        // one reservation per (stream, pool) the file shows
+        let pools: std::collections::BTreeSet<(u64, bool)> = s
+            .segments
+            .iter()
+            .map(|x| (x.stream, x.pool == fragprobe_shared::torch::PoolKind::Small))
+            .collect();
+        assert!(
+            count(EventKind::AddressReserve) >= pools.len(),
+            "seed {seed}"
+        );
+        // what is mapped at the end is what the snapshot's segments hold, page for page
+        let reserved: u64 = s.segments.iter().map(|x| x.total_size).sum();
+        let f = RunFigures::of(&m);
+        assert_eq!(f.final_live, reserved, "seed {seed}");
+        // the large pool's pages are the large segment size, as PyTorch maps them
+        let large = recs
+            .iter()
+            .filter(|r| r.kind() == Some(EventKind::MemCreate))
+            .map(|r| r.size)
+            .max()
+            .unwrap();
+        assert_eq!(large, cfg.large_segment_size, "seed {seed}");
+    }
+}

@@ -186,5 +186,37 @@ fn the_torch_demo_ooms_from_fragmentation_and_fits_with_expandable_segments() {
         .iter()
         .all(|t| t["oom"].is_null()));
     assert!(out.contains("expandable_segments:True avoided it"), "{out}");
+    // PyTorch's own snapshot of the expandable run, imported, is what the probe recorded
+    // of the same run: the same reservations, handles and maps, the same mapped peak.
+    let snaps = dir.join("02-expandable_segments_True.fpt.torch");
+    let exit = std::fs::read_dir(&snaps)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .find(|p| p.to_string_lossy().ends_with("-exit.pickle"))
+        .unwrap_or_else(|| panic!("no exit snapshot in {}", snaps.display()));
+    let imported = dir.join("imported.fpt");
+    let o = fragprobe()
+        .args(["import", "-o"])
+        .arg(&imported)
+        .arg(&exit)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}",
+        fragprobe_tests::probe::output_text(&o)
+    );
+    let im = report_json(&imported);
+    assert_eq!(im["events"]["anomalies"], 0, "{im}");
+    for kind in ["address_reserve", "mem_create", "mem_map"] {
+        assert_eq!(
+            im["events"]["by_kind"][kind], expandable["events"]["by_kind"][kind],
+            "{kind}: imported {im} vs probed {expandable}"
+        );
+    }
+    assert_eq!(
+        im["bytes"]["peak_mapped"],
+        expandable["bytes"]["peak_mapped"]
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
