@@ -227,3 +227,33 @@ fn an_expandable_snapshot_imports_as_handles_mapped_inside_reservations() {
         assert_eq!(large, cfg.large_segment_size, "seed {seed}");
     }
 }
+
+#[test]
+fn expandable_reservations_are_learned_from_the_trace_not_sized_by_a_guess() {
+    // A snapshot does not record the device's total, which sized the real reservations;
+    // replaying with a larger guess must still put each pool's reservation where the
+    // trace shows its first map.
+    for seed in [5u64, 42] {
+        let (s, cfg) = record("expandable_segments:True", seed, 3000, None);
+        for guess in [None, Some(80u64 << 30)] {
+            let r = verify_with(
+                &s,
+                &Config {
+                    device_total: guess,
+                    ..cfg.clone()
+                },
+            )
+            .unwrap();
+            let d = &r.devices[0];
+            assert!(
+                r.is_exact(),
+                "seed {seed}, device total guessed {guess:?}: allocs {}/{} maps {}/{} first {:?}",
+                d.alloc_address_matches,
+                d.alloc_events,
+                d.segment_map_matches,
+                d.segment_maps,
+                d.first_mismatch
+            );
+        }
+    }
+}

@@ -218,5 +218,16 @@ fn the_torch_demo_ooms_from_fragmentation_and_fits_with_expandable_segments() {
         im["bytes"]["peak_mapped"],
         expandable["bytes"]["peak_mapped"]
     );
+    // and the simulator replays real PyTorch's expandable history exactly
+    let o = fragprobe()
+        .args(["simulate", "--verify", "--json"])
+        .arg(&exit)
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|_| panic!("{}", fragprobe_tests::probe::output_text(&o)));
+    assert!(o.status.success(), "not exact: {v}");
+    assert_eq!(v["alloc_events"], v["alloc_address_matches"], "{v}");
+    assert_eq!(v["segment_maps"], v["segment_map_matches"], "{v}");
     let _ = std::fs::remove_dir_all(&dir);
 }

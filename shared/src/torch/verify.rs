@@ -116,14 +116,38 @@ impl VerifyReport {
     }
 }
 
+impl Recorded {
+    /// The known reservation a map at `a` grows: the nearest base at or below `a` whose
+    /// high water reaches `a`.
+    fn holder(&self, a: u64) -> Option<u64> {
+        self.reserved
+            .range(..=a)
+            .next_back()
+            .filter(|(_, &end)| a <= end)
+            .map(|(&b, _)| b)
+    }
+
+    /// A recorded map: raises its reservation's high water.
+    fn mapped(&mut self, a: u64, size: u64) {
+        if let Some(b) = self.holder(a) {
+            let end = self.reserved.entry(b).or_insert(a);
+            *end = (*end).max(a.saturating_add(size));
+        }
+    }
+}
+
 /// Hands out the recorded addresses of the segments created for the current request.
 struct Recorded {
     allocs: VecDeque<u64>,
     /// Recorded `segment_map` addresses since the last alloc.
     maps: Vec<u64>,
-    /// Reservations known so far (base, size): a new one starts at the first recorded map
-    /// outside all of them.
-    reserved: Vec<(u64, u64)>,
+    /// Reservations known so far: base → end of the highest recorded map in it. A new one
+    /// starts at the first recorded map beyond all of them: an expandable segment only
+    /// grows at its end or into its own holes, so a map past a reservation's high water is
+    /// another reservation's, wherever the driver put it. (The reservation's size is not
+    /// in the recording, and the simulator's guess — 1⅛ × a device total the file does not
+    /// have — would swallow a neighbour placed closer, as the small pool's often is.)
+    reserved: BTreeMap<u64, u64>,
     /// Addresses for anything the recording does not explain: far from real ones.
     fallback: FirstFit,
 }
@@ -141,21 +165,20 @@ impl AddressSource for Recorded {
         }
     }
     fn reserve(&mut self, size: u64, stream: u64, small: bool) -> u64 {
-        let inside = |a: u64, r: &[(u64, u64)]| r.iter().any(|&(b, s)| a >= b && a < b + s);
         let base = match self
             .maps
             .iter()
             .copied()
-            .find(|&a| !inside(a, &self.reserved))
+            .find(|&a| self.holder(a).is_none())
         {
             Some(a) => a,
             None => self.fallback.reserve(size, stream, small),
         };
-        self.reserved.push((base, size));
+        self.reserved.insert(base, base);
         base
     }
     fn release(&mut self, addr: u64, size: u64) {
-        self.reserved.retain(|&(b, _)| b != addr);
+        self.reserved.remove(&addr);
         self.segment_free(addr, size);
     }
 }
@@ -225,7 +248,21 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
     let mut src = Recorded {
         allocs: VecDeque::new(),
         maps: Vec::new(),
-        reserved: sim.reservations(),
+        reserved: sim
+            .reservations()
+            .into_iter()
+            .map(|(base, size)| {
+                // the start state's mapped ranges inside it set its high water
+                let end = rec
+                    .segments
+                    .iter()
+                    .filter(|s| s.is_expandable && s.address >= base && s.address < base + size)
+                    .map(Segment::end)
+                    .max()
+                    .unwrap_or(base);
+                (base, end)
+            })
+            .collect(),
         fallback: {
             let mut f = FirstFit::new();
             // Keep invented addresses far away from real ones.
@@ -313,6 +350,9 @@ fn verify_device(snap: &Snapshot, device: i32, cfg: &Config) -> DeviceVerify {
                 out.unexpected_segments += sim_allocs.len().saturating_sub(window_allocs.len())
                     as u64
                     + sim_maps.len().saturating_sub(window_maps.len()) as u64;
+                for &(a, size) in &window_maps {
+                    src.mapped(a, size);
+                }
                 window_allocs.clear();
                 window_maps.clear();
                 match got {
