@@ -257,3 +257,32 @@ fn expandable_reservations_are_learned_from_the_trace_not_sized_by_a_guess() {
         }
     }
 }
+
+#[test]
+fn a_recorded_oom_is_a_request_and_bounds_the_capacity_of_a_prediction() {
+    use fragprobe_shared::torch::predict::predict;
+    // A tight device: the recording has OOMs.
+    let (s, _) = record("", 3, 3000, Some(600 << 20));
+    let ooms = s.traces[0]
+        .iter()
+        .filter(|e| e.action == Action::Oom)
+        .count() as u64;
+    assert!(ooms > 0);
+    let r = predict(
+        &s,
+        0,
+        &["expandable_segments:True".into()],
+        Version::DEFAULT,
+        None,
+    );
+    let (reserved, free) = r.capacity_from_oom.expect("capacity inferred from the OOM");
+    assert_eq!(r.capacity, Some(reserved + free));
+    assert!(r.capacity.unwrap() <= 600 << 20, "{:?}", r.capacity);
+    // under its own settings the replay fails where the recording failed
+    let own = &r.predictions[0];
+    assert!(own.baseline && own.stats.ooms >= 1, "{:?}", own.stats);
+    assert_eq!(r.recorded.stats.ooms, ooms);
+    // a given capacity is used as given
+    let r = predict(&s, 0, &[], Version::DEFAULT, Some(1 << 30));
+    assert_eq!((r.capacity, r.capacity_from_oom), (Some(1 << 30), None));
+}

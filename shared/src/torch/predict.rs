@@ -148,6 +148,9 @@ pub struct PredictReport {
     pub recorded: Recorded,
     /// One per configuration, in the order given.
     pub predictions: Vec<Prediction>,
+    /// Set when the capacity was not given but inferred from the first recorded OOM:
+    /// (bytes PyTorch had reserved then, the device's free bytes then).
+    pub capacity_from_oom: Option<(u64, u64)>,
 }
 
 /// Replays device `device` of `snap` under each configuration string in `confs`. The
@@ -166,11 +169,21 @@ pub fn predict(
         ..Config::default()
     });
     let (_, w) = workload(snap, device, &own);
+    // Without a given capacity, a recorded OOM says how much PyTorch could have had: what
+    // it had reserved then plus what the device still had free.
+    let (capacity, capacity_from_oom) = match (capacity, w.first_oom) {
+        (Some(c), _) => (Some(c), None),
+        (None, Some((_, device_free, reserved))) => {
+            (Some(reserved + device_free), Some((reserved, device_free)))
+        }
+        (None, None) => (None, None),
+    };
     let mut report = PredictReport {
         device,
         requests: w.requests.len(),
         initial_blocks: w.initial,
         capacity,
+        capacity_from_oom,
         ..PredictReport::default()
     };
     if let Ok(v) = verify_with(snap, &own) {
@@ -178,7 +191,11 @@ pub fn predict(
             report.recorded = Recorded {
                 peak: PeakFigures::from(&d.stats),
                 end: figures(&snap.device_segments(device).cloned().collect::<Vec<_>>()),
-                stats: d.stats.clone(),
+                stats: Stats {
+                    // the verifier replays what succeeded; the trace says what did not
+                    ooms: d.stats.ooms.max(w.recorded_ooms),
+                    ..d.stats.clone()
+                },
                 exact: d.alloc_address_matches == d.alloc_events && d.final_state_matches,
             };
         }

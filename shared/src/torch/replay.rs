@@ -685,8 +685,13 @@ pub struct Workload {
     pub initial: usize,
     /// Frees of blocks the workload never saw allocated (skipped).
     pub unmatched_frees: u64,
-    /// Recorded `oom` entries.
+    /// Recorded `oom` entries. Each is also a request (the program asked; under its own
+    /// settings it failed, under others it may fit), never freed.
     pub recorded_ooms: u64,
+    /// The first recorded OOM: the index of its request in [`Workload::requests`], the
+    /// device's free bytes PyTorch saw then (`device_free`), and the bytes PyTorch had
+    /// reserved then (the start state's segments plus the trace's segment events so far).
+    pub first_oom: Option<(usize, u64, u64)>,
 }
 
 impl Workload {
@@ -716,6 +721,20 @@ impl Workload {
             w.requests.push(Request::FreeRequested { id });
         }
         w.initial = w.requests.len();
+        let mut reserved: u64 = start.iter().map(|s| s.total_size).sum();
+        for e in trace {
+            match e.action {
+                Action::SegmentAlloc | Action::SegmentMap => reserved += e.size,
+                Action::SegmentFree | Action::SegmentUnmap => {
+                    reserved = reserved.saturating_sub(e.size)
+                }
+                Action::Oom => {
+                    w.first_oom = Some((0, e.addr, reserved));
+                    break;
+                }
+                _ => {}
+            }
+        }
         let mut i = 0;
         while i < trace.len() {
             let e = &trace[i];
@@ -758,7 +777,21 @@ impl Workload {
                     i = j;
                     continue;
                 }
-                Action::Oom => w.recorded_ooms += 1,
+                Action::Oom => {
+                    w.recorded_ooms += 1;
+                    if let Some(first) = &mut w.first_oom {
+                        if w.recorded_ooms == 1 {
+                            first.0 = w.requests.len();
+                        }
+                    }
+                    let id = w.ids;
+                    w.ids += 1;
+                    w.requests.push(Request::Alloc {
+                        size: e.size,
+                        stream: e.stream,
+                        id,
+                    });
+                }
                 _ => {}
             }
             i += 1;

@@ -177,6 +177,7 @@ impl PredictReport {
             .u("requests", self.requests as u64)
             .u("initial_blocks", self.initial_blocks as u64)
             .opt_u("capacity_bytes", self.capacity)
+            .b("capacity_from_oom", self.capacity_from_oom.is_some())
             .raw(
                 "recorded",
                 &Obj::new()

@@ -49,6 +49,6 @@ except torch.OutOfMemoryError as e:
     result["fits"] = False
     result["error"] = str(e).split(". ")[0] + "."
 stats = torch.cuda.memory_stats()
-for k in ("reserved_bytes.all.peak", "allocated_bytes.all.peak", "num_alloc_retries", "num_ooms"):
+for k in ("reserved_bytes.all.peak", "allocated_bytes.all.peak", "segment.all.allocated", "num_alloc_retries", "num_ooms"):
     result[k] = stats.get(k, 0)
 print("DEMO " + json.dumps(result), flush=True)

@@ -166,6 +166,13 @@ fn render_predict(r: &PredictReport) -> String {
         r.initial_blocks,
         r.capacity.map_or("unlimited".into(), human)
     );
+    if let Some((reserved, free)) = r.capacity_from_oom {
+        out.push_str(&format!(
+            "  (inferred from the recorded OOM: {} reserved by PyTorch + {} free on the device; --capacity sets it)\n",
+            human(reserved),
+            human(free)
+        ));
+    }
     out.push_str(&format!(
         "{:<56} {:>11} {:>11} {:>8} {:>8} {:>6} {:>6} {:>6} {:>6} {:>7} {:>5}\n",
         "configuration",
