@@ -231,3 +231,72 @@ fn the_torch_demo_ooms_from_fragmentation_and_fits_with_expandable_segments() {
     assert_eq!(v["segment_maps"], v["segment_map_matches"], "{v}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The worked examples of PyTorch's allocator (from a PyTorch developer's log, and the
+/// simulator's own tests in shared/tests/torch_sim.rs), run on real PyTorch.
+const WORKED: &str = r#"
+import json, torch
+MiB = 1 << 20
+def t(n): return torch.empty(n, dtype=torch.uint8, device="cuda")
+def example(first, then):
+    a = [t(first) for _ in range(8 if first == 16 * MiB else 4)]
+    del a
+    b = [t(then) for _ in range(4 if then == 32 * MiB else 8)]
+    r = torch.cuda.memory_reserved()
+    del b
+    torch.cuda.empty_cache()
+    return r // MiB
+out = {"16_then_32": example(16 * MiB, 32 * MiB), "32_then_16": example(32 * MiB, 16 * MiB)}
+x, y = t(2 * MiB), t(MiB // 2)
+out["2_and_half"] = torch.cuda.memory_reserved() // MiB
+print("WORKED " + json.dumps(out), flush=True)
+"#;
+
+const WORKED_EXPANDABLE: &str = r#"
+import json, torch
+MiB = 1 << 20
+a = [torch.empty(16 * MiB, dtype=torch.uint8, device="cuda") for _ in range(8)]
+after_16 = torch.cuda.memory_reserved() // MiB
+del a
+b = [torch.empty(32 * MiB, dtype=torch.uint8, device="cuda") for _ in range(4)]
+print("WORKED " + json.dumps({"after_16": after_16, "after_32": torch.cuda.memory_reserved() // MiB}), flush=True)
+"#;
+
+#[test]
+fn the_worked_examples_hold_on_real_pytorch() {
+    let Some(py) = python() else { return };
+    let run = |program: &str, conf: &str| -> (Value, Value) {
+        let script = out_path("worked.py");
+        std::fs::write(&script, program).unwrap();
+        let trace = out_path("worked.fpt");
+        let o = fragprobe()
+            .args(["record", "--simulated-gpu=1x16GiB", "-q", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&py)
+            .arg(&script)
+            .env("PYTORCH_CUDA_ALLOC_CONF", conf)
+            .env_remove("PYTORCH_ALLOC_CONF")
+            .envs(TORCH_TEST_ENV)
+            .output()
+            .unwrap();
+        let out = fragprobe_tests::probe::output_text(&o);
+        assert!(o.status.success(), "{out}");
+        let line = out.lines().find_map(|l| l.strip_prefix("WORKED ")).unwrap();
+        (serde_json::from_str(line).unwrap(), report_json(&trace))
+    };
+    let (w, _) = run(WORKED, "");
+    // 16 MiB segments never merge into 32 MiB ones; each 32 MiB block splits in two
+    assert_eq!(w["16_then_32"], 256, "{w}");
+    assert_eq!(w["32_then_16"], 128, "{w}");
+    // a 2 MiB request opens a 20 MiB large-pool segment, 0.5 MiB a 2 MiB small-pool one
+    assert_eq!(w["2_and_half"], 22, "{w}");
+    let (w, rep) = run(WORKED_EXPANDABLE, "expandable_segments:True");
+    // 8 × 16 MiB map 7 pages of 20 MiB; 4 × 32 MiB reuse them with no new mapping
+    assert_eq!(
+        (w["after_16"].as_u64(), w["after_32"].as_u64()),
+        (Some(140), Some(140)),
+        "{w}"
+    );
+    assert_eq!(rep["events"]["by_kind"]["mem_map"], 7, "{rep}");
+}
