@@ -300,3 +300,75 @@ fn the_worked_examples_hold_on_real_pytorch() {
     );
     assert_eq!(rep["events"]["by_kind"]["mem_map"], 7, "{rep}");
 }
+
+/// `export --format torch-snapshot` of a probe trace opens in PyTorch's own viewer:
+/// `python -m torch.cuda._memory_viz` (stats, trace, trace_plot, segment_plot) of real
+/// torch reads it and shows what the probe recorded.
+#[test]
+fn an_exported_trace_opens_in_pytorchs_own_memory_viz() {
+    let Some(py) = python() else { return };
+    let script = out_path("keep.py");
+    std::fs::write(
+        &script,
+        "import torch\nkeep = [torch.empty(64 << 20, dtype=torch.uint8, device='cuda') for _ in range(3)]\nprint('KEPT', flush=True)\n",
+    )
+    .unwrap();
+    let trace = out_path("keep.fpt");
+    let o = fragprobe()
+        .args(["record", "--simulated-gpu=1x8GiB", "-q", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&py)
+        .arg(&script)
+        .envs(TORCH_TEST_ENV)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}",
+        fragprobe_tests::probe::output_text(&o)
+    );
+    let pickle = out_path("keep.pickle");
+    let o = fragprobe()
+        .args(["export", "--format", "torch-snapshot"])
+        .arg(&trace)
+        .arg("-o")
+        .arg(&pickle)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{}",
+        fragprobe_tests::probe::output_text(&o)
+    );
+    let viz = |args: &[&str]| {
+        let o = std::process::Command::new(&py)
+            .args(["-W", "ignore", "-m", "torch.cuda._memory_viz"])
+            .args(args)
+            .output()
+            .unwrap();
+        let out = fragprobe_tests::probe::output_text(&o);
+        assert!(o.status.success(), "_memory_viz {args:?}: {out}");
+        out
+    };
+    let p = pickle.to_str().unwrap();
+    let stats = viz(&["stats", p]);
+    assert!(
+        stats.contains("segments: 3") && stats.contains("total_reserved: 192.0MiB"),
+        "{stats}"
+    );
+    assert_eq!(viz(&["trace", p]).matches("cudaMalloc(").count(), 3);
+    for plot in ["trace_plot", "segment_plot"] {
+        let html = out_path(&format!("{plot}.html"));
+        viz(&[plot, p, "-o", html.to_str().unwrap()]);
+        let page = std::fs::read_to_string(&html).unwrap();
+        // PyTorch's page embeds the file (base64) for its MemoryViz.js
+        assert!(
+            page.contains("add_local_files") && page.contains("\"base64\": \"gAS"),
+            "{plot}: {page}"
+        );
+        let _ = std::fs::remove_file(&html);
+    }
+    let _ = std::fs::remove_file(&trace);
+    let _ = std::fs::remove_file(&pickle);
+}
