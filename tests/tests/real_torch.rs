@@ -229,6 +229,39 @@ fn the_torch_demo_ooms_from_fragmentation_and_fits_with_expandable_segments() {
     assert!(o.status.success(), "not exact: {v}");
     assert_eq!(v["alloc_events"], v["alloc_address_matches"], "{v}");
     assert_eq!(v["segment_maps"], v["segment_map_matches"], "{v}");
+    // doctor on the default run: fragmentation inside the caching allocator, and the
+    // setting it suggests is the one that fit, replayed on the run's own history to the
+    // byte the second run really reached
+    let o = fragprobe()
+        .args(["doctor", "--json"])
+        .arg(dir.join("01-default.fpt"))
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(7),
+        "{}",
+        fragprobe_tests::probe::output_text(&o)
+    );
+    let d: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let r = &d["reports"][0];
+    let finding = &r["verdict"]["findings"][0];
+    assert_eq!(finding["cause"], "fragmentation", "{r}");
+    assert_eq!(
+        finding["suggestions"][0]["action"], "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
+        "{finding}"
+    );
+    let sim = r["evidence"]["simulated"].as_array().unwrap();
+    let exp = sim
+        .iter()
+        .find(|c| c["conf"] == "expandable_segments:True")
+        .unwrap();
+    assert_eq!(exp["ooms"], 0);
+    assert_eq!(
+        exp["peak_reserved"], demo[1]["reserved_bytes.all.peak"],
+        "{sim:?}"
+    );
+    assert!(sim.iter().any(|c| c["ooms"].as_u64() > Some(0)), "{sim:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 

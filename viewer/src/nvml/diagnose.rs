@@ -90,6 +90,26 @@ pub struct Evidence {
     /// Processes of the run on this device (0 counts as 1): bounds how much memory outside
     /// the tracked allocations is put down to the run's own CUDA contexts.
     pub run_processes: u32,
+    /// The allocator configuration PyTorch itself says it ran with (a snapshot's
+    /// `allocator_settings`), when known: which of `PYTORCH_ALLOC_CONF` and
+    /// `PYTORCH_CUDA_ALLOC_CONF` it honoured, in effect.
+    pub pytorch_conf: Option<String>,
+    /// Other settings replayed through the allocator simulator on this run's own
+    /// allocator history (a PyTorch snapshot of the run), when there is one.
+    pub simulated: Vec<SimulatedConf>,
+}
+
+/// One setting replayed on the run's own allocator history.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct SimulatedConf {
+    /// The `PYTORCH_CUDA_ALLOC_CONF` value.
+    pub conf: String,
+    /// OOMs the replay predicts.
+    pub ooms: u64,
+    /// Peak reserved bytes the replay predicts.
+    pub peak_reserved: u64,
+    /// The snapshot replayed.
+    pub snapshot: String,
 }
 
 /// What went wrong.
@@ -266,6 +286,12 @@ fn split(e: &Evidence, f: &Failure) -> Split {
 /// Diagnoses `e`.
 pub fn diagnose(e: &Evidence) -> Verdict {
     let mut v = Verdict::default();
+    if let Some(c) = &e.pytorch_conf {
+        v.notes.push(format!(
+            "PyTorch ran with allocator settings {:?} (from its own snapshot: what it honoured of PYTORCH_ALLOC_CONF / PYTORCH_CUDA_ALLOC_CONF)",
+            if c.is_empty() { "(defaults)" } else { c }
+        ));
+    }
     match e.capacity {
         None if !e.failures.is_empty() => v.notes.push(
             "the device's capacity is unknown (no device record or NVML sample), so peak demand and other processes cannot be weighed".into(),
@@ -284,9 +310,12 @@ pub fn diagnose(e: &Evidence) -> Verdict {
             let sp = split(e, f);
             let others = sp.others;
             let need = f.live.saturating_add(f.request).saturating_add(sp.own);
-            let cache_would_fit = f.cached_unused.is_some_and(|c| {
-                c >= f.request && need.saturating_sub(c) <= usable.saturating_sub(others)
-            });
+            // The request would fit if the allocator's cached free bytes were usable for it
+            // (one piece, or given back to the driver): fragmentation inside the
+            // allocator, whether or not the cache alone could hold the request.
+            let cache_would_fit = f
+                .cached_unused
+                .is_some_and(|c| c > 0 && need.saturating_sub(c) <= usable.saturating_sub(others));
             if need > usable && !cache_would_fit {
                 peak.get_or_insert(f);
             } else if need > usable.saturating_sub(others) && !cache_would_fit {
@@ -496,7 +525,9 @@ fn others_finding(e: &Evidence, f: Option<&Failure>, usable: u64, others: u64) -
 
 fn frag_finding(e: &Evidence, f: &Failure) -> Finding {
     let mut ev = Vec::new();
-    if let (Some(t), Some(l)) = (f.free_total, f.largest_free) {
+    // the driver-level figures explain the failure only where no free block there fits
+    let arena_explains = f.cached_unused.is_none() || f.largest_free.is_some_and(|l| l < f.request);
+    if let (true, Some(t), Some(l)) = (arena_explains, f.free_total, f.largest_free) {
         ev.push(format!(
             "{} free in total, but the largest free block is {} (fragmentation {:.2})",
             human(t),
@@ -515,7 +546,29 @@ fn frag_finding(e: &Evidence, f: &Failure) -> Finding {
         ));
     }
     let mut s = Vec::new();
-    if e.pytorch {
+    if e.pytorch && !e.simulated.is_empty() {
+        // Settings tried on the run's own history: those that fit are the advice, in order
+        // of the peak they reach; those that still run out are said not to help.
+        let mut fits: Vec<&SimulatedConf> = e.simulated.iter().filter(|c| c.ooms == 0).collect();
+        fits.sort_by_key(|c| c.peak_reserved);
+        for c in fits {
+            s.push(Suggestion {
+                action: format!("PYTORCH_CUDA_ALLOC_CONF={}", c.conf),
+                why: format!(
+                    "replayed on this run's own allocator history, it does not run out of memory (peak reserved {}; fragprobe simulate {} --alloc-conf {})",
+                    human(c.peak_reserved),
+                    c.snapshot,
+                    c.conf
+                ),
+            });
+        }
+        for c in e.simulated.iter().filter(|c| c.ooms > 0) {
+            ev.push(format!(
+                "{} would not have helped: replayed on this run's history it still runs out of memory",
+                c.conf
+            ));
+        }
+    } else if e.pytorch {
         s.push(Suggestion {
             action: "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True".into(),
             why: "segments grow in place instead of needing one new contiguous block".into(),
@@ -754,6 +807,34 @@ mod tests {
             ..Failure::default()
         });
         assert_eq!(diagnose(&e).findings[0].cause, Cause::Fragmentation);
+    }
+
+    #[test]
+    fn a_fragmented_cache_smaller_than_the_request_is_still_fragmentation() {
+        // demo --torch on real PyTorch: 2 GiB device, 300 MiB context, PyTorch held
+        // 1040 MiB of segments with 416 MiB of 8 MiB holes, and asked for 916 MiB.
+        let mut e = base();
+        e.capacity = Some(2048 * MIB);
+        e.reserved = 0;
+        e.pytorch = true;
+        e.failures.push(Failure {
+            request: 916 * MIB,
+            live: 1040 * MIB,
+            cached_unused: Some(416 * MIB),
+            outside: Some(300 * MIB),
+            ..Failure::default()
+        });
+        let v = diagnose(&e);
+        assert_eq!(v.findings[0].cause, Cause::Fragmentation, "{v:?}");
+        assert!(v.findings[0].suggestions[0]
+            .action
+            .contains("expandable_segments:True"));
+        // without the cache figure the same failure reads as peak demand
+        e.failures[0].cached_unused = None;
+        assert_eq!(diagnose(&e).findings[0].cause, Cause::PeakDemand);
+        // and a cache that would not make room is not fragmentation
+        e.failures[0].cached_unused = Some(100 * MIB);
+        assert_eq!(diagnose(&e).findings[0].cause, Cause::PeakDemand);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use fragprobe_shared::model::{DeviceId, Metric, Model};
 use fragprobe_shared::trace::{Trace, TraceError};
 
 use super::chart::{Chart, Marker, MarkerKind, Series};
-use super::diagnose::{Evidence, Failure};
+use super::diagnose::{Evidence, Failure, SimulatedConf};
 use super::evidence::DeviceEvidence;
 use crate::exit;
 
@@ -142,6 +142,62 @@ fn capture_failure(
     })
 }
 
+/// The settings a fragmentation OOM suggests, replayed through the allocator simulator on
+/// the run's own history: the exit snapshot (else the OOM snapshot) of the first process
+/// whose PyTorch ran out of memory. (device, result) per setting; empty without one.
+fn simulate_alternatives(
+    trace: &Path,
+    joined: &[crate::torchhook::Joined],
+    request: Option<u64>,
+) -> Vec<(i32, SimulatedConf)> {
+    use fragprobe_shared::torch::{load_snapshot, predict::predict, sim::Version};
+    let Some(oom) = joined.iter().find(|j| j.oom.is_some()) else {
+        return Vec::new();
+    };
+    let device = oom.oom.as_ref().map_or(0, |o| o.device);
+    let pick = joined
+        .iter()
+        .find(|j| j.pid == oom.pid && j.reason == "exit" && j.error.is_none())
+        .unwrap_or(oom);
+    let base = trace.parent().unwrap_or(Path::new("."));
+    let file = {
+        let p = Path::new(&pick.path);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            base.join(p)
+        }
+    };
+    let Ok(snap) = load_snapshot(&file) else {
+        return Vec::new();
+    };
+    let mut confs = vec!["expandable_segments:True".to_string()];
+    if let Some(r) = request {
+        confs.push(format!(
+            "max_split_size_mb:{}",
+            super::diagnose::split_size_mb(r)
+        ));
+    }
+    confs.push("roundup_power2_divisions:4".into());
+    let report = predict(&snap, device, &confs, Version::DEFAULT, None);
+    report
+        .predictions
+        .iter()
+        .filter(|p| !p.baseline && p.error.is_none())
+        .map(|p| {
+            (
+                device,
+                SimulatedConf {
+                    conf: p.conf.clone(),
+                    ooms: p.stats.ooms,
+                    peak_reserved: p.peak.peak_reserved,
+                    snapshot: file.display().to_string(),
+                },
+            )
+        })
+        .collect()
+}
+
 /// Whether a device saw anything: allocations, failures or NVML samples. (A device the
 /// model only knows from a `cuMemGetInfo` before its description arrived is left out.)
 fn active(rp: &Replayed, dev: &fragprobe_shared::model::Device) -> bool {
@@ -195,6 +251,19 @@ pub fn from_trace(path: &Path, gpus: &[u32]) -> Result<Vec<DeviceEvidence>, (u8,
     let rp = replay(path)?;
     let m = &rp.model;
     let pytorch = looks_like_pytorch(m);
+    // PyTorch's own snapshots joined with the trace (`run --torch-snapshot`): at an OOM they
+    // say how much the caching allocator held unallocated, and what settings it ran with.
+    let joined = Trace::open(path)
+        .map(|t| crate::torchhook::join(&t))
+        .unwrap_or_default();
+    let ooms: Vec<&crate::torchhook::JoinedOom> =
+        joined.iter().filter_map(|j| j.oom.as_ref()).collect();
+    let pytorch_conf = joined.iter().find_map(|j| j.alloc_conf.clone());
+    let simulated = simulate_alternatives(
+        path,
+        &joined,
+        rp.failures.first().map(|f| f.failure.request),
+    );
     let free_of = |d: DeviceId| {
         let dev = m.device(d)?;
         let s = dev.samples();
@@ -231,14 +300,29 @@ pub fn from_trace(path: &Path, gpus: &[u32]) -> Result<Vec<DeviceEvidence>, (u8,
                 device: (ord >= 0).then_some(ord as u32),
                 capacity: capacity(m, id),
                 reserved: 0,
-                failures: mine.iter().map(|f| f.failure.clone()).collect(),
+                failures: mine
+                    .iter()
+                    .map(|f| {
+                        let mut f = f.failure.clone();
+                        if let Some(o) = ooms.iter().find(|o| o.device == i32::from(ord)) {
+                            f.cached_unused = Some(o.cached_free);
+                        }
+                        f
+                    })
+                    .collect(),
                 others: Vec::new(),
                 others_unattributed: mine.iter().filter_map(|f| f.others).max(),
                 live,
                 live_label: "live bytes".into(),
                 peak_used: nvml.max_value().map(|v| v as u64),
                 unfreed_at_exit: (unfreed > 0).then_some(unfreed),
-                pytorch,
+                pytorch: pytorch || !joined.is_empty(),
+                pytorch_conf: pytorch_conf.clone(),
+                simulated: simulated
+                    .iter()
+                    .filter(|(d, _)| *d == i32::from(ord))
+                    .map(|(_, c)| c.clone())
+                    .collect(),
                 run_processes: {
                     let mut pids: Vec<u32> = dev
                         .spaces()

@@ -242,6 +242,9 @@ pub struct Joined {
     pub history_entries: usize,
     /// `oom` entries in the history.
     pub ooms: usize,
+    /// `allocator_settings.PYTORCH_CUDA_ALLOC_CONF` of the snapshot: the configuration
+    /// PyTorch itself says it ran with (`None` where the file has no settings).
+    pub alloc_conf: Option<String>,
     /// For a snapshot dumped at an OOM: that OOM judged at the allocator layer (the driver
     /// may have had too little free for the request, while PyTorch held enough unallocated).
     pub oom: Option<JoinedOom>,
@@ -387,6 +390,7 @@ pub fn join(trace: &Trace) -> Vec<Joined> {
                 largest_free_block: 0,
                 history_entries: 0,
                 ooms: 0,
+                alloc_conf: None,
                 oom: None,
             };
             let p = Path::new(&path);
@@ -414,6 +418,7 @@ pub fn join(trace: &Trace) -> Vec<Joined> {
                         j.history_entries += t.len();
                         j.ooms += t.iter().filter(|e| e.action == Action::Oom).count();
                     }
+                    j.alloc_conf = snap.settings.as_ref().map(|s| s.conf.clone());
                     if j.reason.starts_with("oom") {
                         j.oom = oom_of(&snap);
                     }
