@@ -472,3 +472,29 @@ fn compare_shows_the_allocator_figures_of_each_snapshot() {
         r.stop();
     }
 }
+
+/// For a snapshot the Figures headline is PyTorch's view: reserved is the segments,
+/// allocated and the free space are inside them (as the Allocator section says), not the
+/// gaps between segments read as if they were free device memory.
+#[test]
+fn a_snapshots_figures_say_reserved_and_allocated_and_free_inside_the_segments() {
+    let dir = temp_dir("blocks-figures");
+    let path = dir.join("small.pickle");
+    big_snapshot(&path, 3);
+    let run = Run::start(0, Source::Snapshot(path)).unwrap();
+    assert!(run.wait_loaded(WAIT));
+    let layer = layer_of(&run);
+    let now = layer.devices[0].now.clone();
+    assert!(now.allocated > 0 && now.free > 0 && now.allocated < now.reserved);
+    let mut h = harness(Viewer::new(vec![run.clone()], Options::default(), None));
+    h.run_steps(2);
+    assert!(run.wait_cursor(WAIT));
+    h.run_steps(3);
+    assert_eq!(value_of(&h, "reserved (segments)"), human_bytes(now.reserved));
+    assert_eq!(value_of(&h, "segments"), "3");
+    assert_eq!(value_of(&h, "allocated"), human_bytes(now.allocated));
+    assert_eq!(value_of(&h, "largest free block"), human_bytes(now.largest_free));
+    assert_eq!(value_of(&h, "total free"), human_bytes(now.free));
+    assert!(!shown(&h, "live bytes"), "reserved is not called live");
+    run.stop();
+}

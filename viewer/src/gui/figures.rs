@@ -22,28 +22,50 @@ pub fn ui(ui: &mut Ui, f: &Figures) {
                 ui.end_row();
             };
             let bytes = |b: u64| (human_bytes(b), format!("{b} bytes"));
-            let (v, h) = bytes(f.live_bytes);
-            row(ui, "live bytes", v, h);
-            row(ui, "live count", f.live_count.to_string(), String::new());
-            let (v, h) = bytes(f.peak_live);
-            row(ui, "peak", v, h);
-            let ratio = format!("{:.3}", f.frag_ratio);
-            row(
-                ui,
-                "fragmentation ratio",
-                ratio,
-                "1 - largest free block / total free".into(),
-            );
-            let (v, h) = f
-                .largest_free
-                .map(bytes)
-                .unwrap_or(("n/a".into(), "no arena yet".into()));
-            row(ui, "largest free block", v, h);
-            let (v, h) = f
-                .total_free
-                .map(bytes)
-                .unwrap_or(("n/a".into(), "no arena yet".into()));
-            row(ui, "total free", v, h);
+            if let Some(a) = &f.allocator {
+                // A PyTorch snapshot: the device layer is its segments (reserved); what is
+                // allocated and free is inside them.
+                let (v, _) = bytes(f.live_bytes);
+                row(ui, "reserved (segments)", v, "PyTorch's segments: what the driver handed out (memory_reserved)".into());
+                row(ui, "segments", f.live_count.to_string(), String::new());
+                let (v, h) = bytes(f.peak_live);
+                row(ui, "peak reserved", v, h);
+                let (v, _) = bytes(a.allocated);
+                row(ui, "allocated", v, "blocks handed out inside the segments (memory_allocated)".into());
+                let ratio = if a.free > 0 {
+                    1.0 - a.largest_free as f64 / a.free as f64
+                } else {
+                    0.0
+                };
+                row(ui, "fragmentation ratio", format!("{ratio:.3}"), "inside the segments: 1 - largest free block / total free".into());
+                let (v, _) = bytes(a.largest_free);
+                row(ui, "largest free block", v, "the largest free block inside the segments (the Allocator section has it per pool)".into());
+                let (v, _) = bytes(a.free);
+                row(ui, "total free", v, "free inside the segments: reserved but unallocated".into());
+            } else {
+                let (v, h) = bytes(f.live_bytes);
+                row(ui, "live bytes", v, h);
+                row(ui, "live count", f.live_count.to_string(), String::new());
+                let (v, h) = bytes(f.peak_live);
+                row(ui, "peak", v, h);
+                let ratio = format!("{:.3}", f.frag_ratio);
+                row(
+                    ui,
+                    "fragmentation ratio",
+                    ratio,
+                    "1 - largest free block / total free".into(),
+                );
+                let (v, h) = f
+                    .largest_free
+                    .map(bytes)
+                    .unwrap_or(("n/a".into(), "no arena yet".into()));
+                row(ui, "largest free block", v, h);
+                let (v, h) = f
+                    .total_free
+                    .map(bytes)
+                    .unwrap_or(("n/a".into(), "no arena yet".into()));
+                row(ui, "total free", v, h);
+            }
             if f.managed_bytes > 0 {
                 let (v, h) = bytes(f.managed_bytes);
                 row(ui, "managed", v, h);

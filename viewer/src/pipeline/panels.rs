@@ -79,6 +79,21 @@ pub mod figures {
         pub events: u64,
         /// The NVML cross-check, when NVML figures exist for this space.
         pub crosscheck: Option<CrossCheck>,
+        /// For a PyTorch snapshot: its allocator layer on this device. The device layer
+        /// above is then PyTorch's segments (reserved memory), and the free space that
+        /// matters is inside them, not between them.
+        pub allocator: Option<AllocatorHeadline>,
+    }
+
+    /// The caching allocator's headline figures on one device (a snapshot's dump).
+    #[derive(Clone, Copy, Debug, Default, PartialEq)]
+    pub struct AllocatorHeadline {
+        /// Bytes of blocks handed out (`memory_allocated`).
+        pub allocated: u64,
+        /// Free bytes inside the segments (reserved but unallocated).
+        pub free: u64,
+        /// Largest free block inside the segments.
+        pub largest_free: u64,
     }
 }
 

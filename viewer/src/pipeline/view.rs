@@ -267,6 +267,17 @@ pub fn figures(
         events: c.events,
         ..Figures::default()
     };
+    if let Some(d) = head
+        .allocator
+        .as_ref()
+        .and_then(|l| l.device(i32::from(space.device)))
+    {
+        f.allocator = Some(super::panels::figures::AllocatorHeadline {
+            allocated: d.now.allocated,
+            free: d.now.free,
+            largest_free: d.now.largest_free,
+        });
+    }
     let Some(sc) = scoped(m, space, merged) else {
         return f;
     };
@@ -345,9 +356,15 @@ pub fn timeline(head: &Head, space: SpaceKey, merged: bool, buckets: usize) -> T
     let n = buckets.max(16);
     let t = sc.totals;
     let summary = sc.summary;
+    // For a PyTorch snapshot the device layer is its segments: reserved, not live.
+    let live_name = if head.allocator.is_some() {
+        "reserved (segments)"
+    } else {
+        "live bytes"
+    };
     input.bytes.push(curve(
         s.get(Metric::Live),
-        "live bytes",
+        live_name,
         C::from_rgb(66, 165, 245),
         t0,
         t1,
