@@ -446,3 +446,26 @@ fn settings_a_snapshot_does_not_record_are_inferred_from_its_segments() {
         "{text}"
     );
 }
+
+/// A PyTorch snapshot given where a trace is expected: the error says what it is and which
+/// commands read it.
+#[test]
+fn a_snapshot_given_to_report_names_the_commands_that_read_it() {
+    let path = out_path("snap.pickle");
+    // protocol 4: PROTO 4, FRAME, an empty dict, STOP
+    std::fs::write(&path, b"\x80\x04\x95\x02\x00\x00\x00\x00\x00\x00\x00}\x94.").unwrap();
+    for cmd in ["report", "export"] {
+        let mut c = fragprobe();
+        c.arg(cmd);
+        if cmd == "export" {
+            c.args(["--format", "csv", "-o"]).arg(out_path("x.csv"));
+        }
+        let o = c.arg(&path).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(4), "{cmd}: {err}");
+        assert!(
+            err.contains("PyTorch memory snapshot") && err.contains("`fragprobe import`"),
+            "{cmd}: {err}"
+        );
+    }
+}

@@ -152,6 +152,18 @@ impl fmt::Display for TraceError {
             TraceError::Io { path, source } => {
                 write!(f, "cannot read trace {}: {source}", path.display())
             }
+            // A pickle (protocol 2-5 opens with 0x80 and the protocol): most likely a
+            // PyTorch memory snapshot, which the other commands read.
+            TraceError::NotATrace { path, found_magic }
+                if found_magic.first() == Some(&0x80)
+                    && found_magic.get(1).is_some_and(|p| (2..=5).contains(p)) =>
+            {
+                write!(
+                    f,
+                    "{0} is not a fragprobe trace but a pickle, most likely a PyTorch memory snapshot: give it to `fragprobe import` (its summary, and a trace of it), `fragprobe view` or `fragprobe simulate`",
+                    path.display()
+                )
+            }
             TraceError::NotATrace { path, found_magic } => write!(
                 f,
                 "{} is not a fragprobe trace: it starts with \"{}\" instead of \"FRAGPROBE-TRACE\"; pass a .fpt file written by fragprobe",
