@@ -469,3 +469,81 @@ fn a_snapshot_given_to_report_names_the_commands_that_read_it() {
         );
     }
 }
+
+/// A snapshot from torch_npu (Ascend) is named as such by `import` and `simulate --verify`,
+/// from its block sizes (request + 32 bytes rounded to 512), instead of a bare "not exact";
+/// CUDA PyTorch's own rounding is not mistaken for it.
+#[test]
+fn a_torch_npu_snapshot_is_recognised_by_its_block_sizes() {
+    use fragprobe_shared::torch::snapshot::{FormatInfo, SnapshotLayout};
+    use fragprobe_shared::torch::{Block, BlockState, PoolKind, Segment, Snapshot};
+    let write = |extra: u64, name: &str| {
+        let mut at = 0x12c0_0000_0000u64;
+        let mut blocks = Vec::new();
+        for k in 0..20u64 {
+            let requested = 1000 + k * 4096; // within 32 bytes of a 512-byte boundary
+            let size = (requested + extra).div_ceil(512) * 512;
+            blocks.push(Block {
+                address: at,
+                size,
+                requested_size: requested,
+                state: BlockState::ActiveAllocated,
+                stack: 0,
+            });
+            at += size;
+        }
+        let base = 0x12c0_0000_0000u64;
+        blocks.push(Block {
+            address: at,
+            size: (2 << 20) - (at - base),
+            requested_size: 0,
+            state: BlockState::Inactive,
+            stack: 0,
+        });
+        let snap = Snapshot {
+            format: FormatInfo {
+                layout: SnapshotLayout::Dict,
+                pickle_protocol: 4,
+                has_time_us: false,
+                has_settings: false,
+                legacy_history: false,
+            },
+            segments: vec![Segment {
+                device: 0,
+                address: base,
+                total_size: 2 << 20,
+                stream: 0,
+                pool: PoolKind::Small,
+                pool_id: (0, 0),
+                is_expandable: false,
+                stack: 0,
+                blocks,
+            }],
+            traces: vec![Vec::new()],
+            settings: None,
+            stacks: Default::default(),
+            annotations: 0,
+        };
+        let path = out_path(name);
+        let f = std::fs::File::create(&path).unwrap();
+        fragprobe_shared::torch::write_snapshot_pickle(f, &snap).unwrap();
+        path
+    };
+    let run = |path: &std::path::Path| {
+        let o = fragprobe()
+            .args(["import", "-o"])
+            .arg(out_path("npu.fpt"))
+            .arg(path)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        String::from_utf8_lossy(&o.stdout).into_owned()
+    };
+    let npu = run(&write(32, "npu.pickle"));
+    assert!(
+        npu.contains("backend: looks like torch_npu (Ascend): 20 of 20 small allocated blocks"),
+        "{npu}"
+    );
+    let cuda = run(&write(0, "cuda.pickle"));
+    assert!(!cuda.contains("backend:"), "{cuda}");
+}

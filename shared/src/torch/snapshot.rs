@@ -266,6 +266,40 @@ impl Snapshot {
         d
     }
 
+    /// The backend whose allocator wrote this snapshot, judged from its blocks: torch_npu
+    /// (Ascend) sizes a block as its request plus 32 bytes rounded up to 512, where CUDA
+    /// PyTorch rounds the request alone. `None`: nothing says it is not CUDA PyTorch.
+    /// `Some((name, why))` names the other backend and the evidence.
+    pub fn other_backend(&self) -> Option<(&'static str, String)> {
+        let up = |x: u64| x.div_ceil(512) * 512;
+        // Blocks where the two rules give different sizes (a request within 32 bytes of a
+        // 512-byte boundary gives the same size under both, and says nothing).
+        let (mut npu, mut cuda) = (0u64, 0u64);
+        for b in self.segments.iter().flat_map(|s| &s.blocks) {
+            if !b.state.is_active() || b.requested_size == 0 || b.size >= 1 << 20 {
+                continue;
+            }
+            let (c, n) = (up(b.requested_size), up(b.requested_size + 32));
+            if c == n {
+                continue;
+            }
+            if b.size == n {
+                npu += 1;
+            } else if b.size == c {
+                cuda += 1;
+            }
+        }
+        (npu >= 8 && npu >= 9 * cuda).then(|| {
+            (
+                "torch_npu (Ascend)",
+                format!(
+                    "{npu} of {} small allocated blocks are their request + 32 bytes rounded up to 512, as torch_npu sizes blocks (CUDA PyTorch rounds the request alone); the simulator follows CUDA PyTorch's rules, so its replay of this file is not expected to be exact",
+                    npu + cuda
+                ),
+            )
+        })
+    }
+
     /// Segments of one device.
     pub fn device_segments(&self, device: i32) -> impl Iterator<Item = &Segment> + '_ {
         self.segments.iter().filter(move |s| s.device == device)

@@ -123,6 +123,9 @@ fn render(snap: &Snapshot, path: &Path, devs: &[DeviceSummary]) -> String {
             None => out.push_str("settings: not recorded (assuming defaults)\n"),
         },
     }
+    if let Some((name, why)) = snap.other_backend() {
+        out.push_str(&format!("backend: looks like {name}: {why}\n"));
+    }
     let pct = |x: f64| format!("{:.1} %", 100.0 * x);
     for d in devs {
         let n = &d.now;

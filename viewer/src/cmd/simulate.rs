@@ -280,7 +280,11 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
         if args.json {
             crate::stdout::println(&r.to_json())?;
         } else {
-            crate::stdout::print(&render_verify(&r))?;
+            let mut text = render_verify(&r);
+            if let Some((name, why)) = snap.other_backend() {
+                text += &format!("backend: this snapshot looks like one from {name}: {why}\n");
+            }
+            crate::stdout::print(&text)?;
         }
         return Ok(if r.is_exact() {
             ExitCode::SUCCESS
