@@ -1,7 +1,8 @@
 //! The wheel as a user gets it: `viewer/wheel/build.py` packages what this test run built,
 //! and `viewer/wheel/smoke.sh` installs it with pip into a fresh venv and uses it from
 //! another directory with no fragprobe variables set (`--version`, `python -m fragprobe`,
-//! `probe-path`, `demo`, `run`, and `LD_PRELOAD=$(fragprobe probe-path)` by hand).
+//! `probe-path`, `demo`, `run`, and `LD_PRELOAD=$(fragprobe probe-path)` by hand), and with
+//! real PyTorch (`demo --torch`, `run -- python`) where the torch venv is.
 
 use std::process::Command;
 
@@ -51,12 +52,16 @@ fn the_wheel_installs_with_pip_and_runs_from_any_directory() {
         )) && name.ends_with(&format!("_{}.whl", std::env::consts::ARCH)),
         "wheel name {name}"
     );
-    let smoke = Command::new("bash")
-        .arg(workspace_root().join("viewer/wheel/smoke.sh"))
+    // With real PyTorch too where the torch venv is (always under CI).
+    let torch = cache::torch_python("2.9.1");
+    let mut cmd = Command::new("bash");
+    cmd.arg(workspace_root().join("viewer/wheel/smoke.sh"))
         .arg(&wheels[0])
-        .current_dir(std::env::temp_dir())
-        .output()
-        .expect("run smoke.sh");
+        .current_dir(std::env::temp_dir());
+    if let Some(py) = &torch {
+        cmd.env("FRAGPROBE_SMOKE_TORCH_PYTHON", py);
+    }
+    let smoke = cmd.output().expect("run smoke.sh");
     let text = output_text(&smoke);
     assert!(
         smoke.status.success() && text.contains("smoke: OK"),
@@ -71,6 +76,17 @@ fn the_wheel_installs_with_pip_and_runs_from_any_directory() {
             text.contains(line),
             "smoke.sh did not say {line:?}:\n{text}"
         );
+    }
+    if torch.is_some() {
+        for line in [
+            "expandable_segments:True fit",
+            "run -- python (torch): 3 device allocations",
+        ] {
+            assert!(
+                text.contains(line),
+                "smoke.sh did not say {line:?}:\n{text}"
+            );
+        }
     }
     let _ = std::fs::remove_dir_all(&out);
 }

@@ -60,4 +60,25 @@ libs=$(fragprobe probe-path --simulated-gpu-libs)
 out=$(LD_LIBRARY_PATH="$libs" LD_PRELOAD="$probe" python alloc.py)
 [ "$out" = "probe loaded" ] || fail "LD_PRELOAD=\$(fragprobe probe-path) python: $out"
 echo "LD_PRELOAD=\$(fragprobe probe-path) python alloc.py: $out"
+# Real PyTorch, when a Python that imports torch is named (CI names the torch venv):
+# the wheel's command runs the real-PyTorch demo and records a real torch program.
+if [ -n "${FRAGPROBE_SMOKE_TORCH_PYTHON:-}" ]; then
+  tpy=$FRAGPROBE_SMOKE_TORCH_PYTHON
+  fragprobe demo --torch --python "$tpy" -o demo-torch >demo-torch.txt 2>&1 ||
+    { cat demo-torch.txt; fail "demo --torch"; }
+  grep -q "expandable_segments:True avoided it" demo-torch.txt ||
+    { cat demo-torch.txt; fail "demo --torch did not end as it should"; }
+  echo "demo --torch: the default run ran out of memory from fragmentation, expandable_segments:True fit"
+  fragprobe run --record torch.fpt --simulated-gpu=1x8GiB -- "$tpy" -c \
+    "import torch; x = [torch.empty(64 << 20, dtype=torch.uint8, device='cuda') for _ in range(3)]; print('TORCH OK')" \
+    >torch.txt 2>&1 || { cat torch.txt; fail "run -- python (torch)"; }
+  grep -q "TORCH OK" torch.txt || { cat torch.txt; fail "the torch program did not run"; }
+  fragprobe report --json torch.fpt >torch.json
+  "$tpy" - <<'EOF2' || fail "the report of torch.fpt"
+import json
+a = json.load(open("torch.json"))["allocations"]
+assert a["ok"] >= 3, a
+print("run -- python (torch): %d device allocations recorded" % a["ok"])
+EOF2
+fi
 echo "smoke: OK ($(du -h "$wheel" | cut -f1) wheel, installed $(du -sh "$work/venv/lib/fragprobe" | cut -f1) of libraries)"
