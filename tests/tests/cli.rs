@@ -547,3 +547,63 @@ fn a_torch_npu_snapshot_is_recognised_by_its_block_sizes() {
     let cuda = run(&write(0, "cuda.pickle"));
     assert!(!cuda.contains("backend:"), "{cuda}");
 }
+
+/// `report` of a trace that `import` wrote adds the snapshot's own figures, inside its
+/// segments, beside the device-level ones: the largest free block is the one `import`
+/// printed, not a gap between segments.
+#[test]
+fn the_report_of_an_imported_snapshot_has_its_allocator_figures() {
+    let snap = out_path("imported.pickle");
+    // the 8 × 16 MiB then 4 × 32 MiB example: 256 MiB reserved, 128 MiB allocated
+    use fragprobe_shared::torch::sim::{Allocator, Config, FirstFit, Version};
+    let mut a = Allocator::new(Config::parse("", Version::DEFAULT).unwrap());
+    let mut src = FirstFit::new();
+    let x: Vec<u64> = (0..8)
+        .map(|_| a.malloc(16 << 20, 0, &mut src).unwrap())
+        .collect();
+    for p in x {
+        a.free(p).unwrap();
+    }
+    for _ in 0..4 {
+        a.malloc(32 << 20, 0, &mut src).unwrap();
+    }
+    use fragprobe_shared::torch::snapshot::{FormatInfo, SnapshotLayout};
+    let s = fragprobe_shared::torch::Snapshot {
+        format: FormatInfo {
+            layout: SnapshotLayout::Dict,
+            pickle_protocol: 4,
+            has_time_us: false,
+            has_settings: false,
+            legacy_history: false,
+        },
+        segments: a.segments(0),
+        traces: vec![Vec::new()],
+        settings: None,
+        stacks: Default::default(),
+        annotations: 0,
+    };
+    fragprobe_shared::torch::write_snapshot_pickle(std::fs::File::create(&snap).unwrap(), &s)
+        .unwrap();
+    let trace = out_path("imported.fpt");
+    let o = fragprobe()
+        .args(["import", "-o"])
+        .arg(&trace)
+        .arg(&snap)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let summary = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(summary.contains("largest free block 16.0 MiB"), "{summary}");
+    let r = report_json(&trace);
+    let t = &r["torch_snapshots"][0];
+    assert_eq!(t["reason"], "import", "{r}");
+    assert_eq!(t["reserved"], 256u64 << 20);
+    assert_eq!(t["allocated"], 128u64 << 20);
+    assert_eq!(t["largest_free_block"], 16u64 << 20);
+    let text = fragprobe().arg("report").arg(&trace).output().unwrap();
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("largest free block inside the segments 16.0 MiB"),
+        "{text}"
+    );
+}

@@ -215,7 +215,11 @@ pub fn write_trace(snap: &Snapshot, source: &Path, out: &Path) -> anyhow::Result
     let mut w = TraceWriter::create(out).with_context(|| format!("creating {}", out.display()))?;
     let mut buf = [0u8; 1024];
     let mut m = MetaWriter::new(&mut buf, MetaKind::RunInfo);
-    m.field(b"source", b"pytorch-snapshot")
+    // Absolute, so that `report` finds the snapshot again from wherever the trace is.
+    let source = source
+        .canonicalize()
+        .unwrap_or_else(|_| source.to_path_buf());
+    m.field(b"source", crate::torchhook::IMPORT_SOURCE.as_bytes())
         .field(b"snapshot", source.display().to_string().as_bytes())
         .field(b"fragprobe_version", env!("CARGO_PKG_VERSION").as_bytes());
     let (len, _) = m.finish();

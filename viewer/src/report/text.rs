@@ -175,6 +175,22 @@ pub fn torch_lines(r: &Report) -> String {
             );
             continue;
         }
+        if t.reason == "import" {
+            // The trace is the snapshot's segments: its own figures are inside them.
+            let _ = writeln!(
+                o,
+                "torch snapshot  imported from {}: reserved {}, allocated {} ({:.1} % unallocated), non-releasable {}, largest free block inside the segments {}; {} history entries, {} OOM(s) (the fragmentation line above measures the gaps between its segments)",
+                t.path,
+                bytes(t.reserved),
+                bytes(t.allocated),
+                100.0 * t.unallocated_fraction,
+                bytes(t.non_releasable),
+                bytes(t.largest_free_block),
+                t.history_entries,
+                t.ooms
+            );
+            continue;
+        }
         let _ = writeln!(
             o,
             "torch snapshot  pid {} {}: reserved {}, allocated {} ({:.1} % unallocated), non-releasable {}, largest free block {}; {} of {} segments seen by the probe; {} history entries, {} OOM(s) — {}",

@@ -200,6 +200,9 @@ pub fn collect(dir: &Path, dest: Option<&Path>) -> std::io::Result<Vec<Found>> {
     Ok(found)
 }
 
+/// The run-info `source` of a trace that `fragprobe import` wrote from a snapshot.
+pub const IMPORT_SOURCE: &str = "pytorch-snapshot";
+
 /// The run-info entry naming `f` in a trace.
 pub fn run_info(f: &Found) -> Vec<u8> {
     let mut buf = vec![0u8; 256 + f.path.as_os_str().len()];
@@ -359,13 +362,15 @@ fn seen_by_pid(trace: &Trace) -> std::collections::HashMap<u32, Seen> {
 pub fn join(trace: &Trace) -> Vec<Joined> {
     let entries: Vec<(u32, String, String)> = trace
         .run_infos()
-        .filter(|e| e.get_str("source") == Some(RUN_INFO_SOURCE))
-        .filter_map(|e| {
-            Some((
+        .filter_map(|e| match e.get_str("source")? {
+            RUN_INFO_SOURCE => Some((
                 u32::try_from(e.get_u64("pid")?).ok()?,
                 e.get_str("reason")?.to_string(),
                 e.get_str("path")?.to_string(),
-            ))
+            )),
+            // `fragprobe import` names the snapshot its records came from (as pid 0)
+            IMPORT_SOURCE => Some((0, "import".to_string(), e.get_str("snapshot")?.to_string())),
+            _ => None,
         })
         .collect();
     if entries.is_empty() {
