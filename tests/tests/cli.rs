@@ -400,25 +400,11 @@ fn settings_a_snapshot_does_not_record_are_inferred_from_its_segments() {
         .map(|i| a.malloc(i * (3 << 20), 0, &mut src).unwrap())
         .collect();
     a.free(x[1]).unwrap();
-    use fragprobe_shared::torch::snapshot::{FormatInfo, SnapshotLayout};
-    let snap = fragprobe_shared::torch::Snapshot {
-        format: FormatInfo {
-            layout: SnapshotLayout::Dict,
-            pickle_protocol: 4,
-            has_time_us: false,
-            has_settings: false,
-            legacy_history: false,
-        },
-        segments: a.segments(0),
-        traces: vec![a.take_events()],
-        settings: None,
-        stacks: Default::default(),
-        annotations: 0,
-    };
-    assert!(snap.settings.is_none());
-    let path = out_path("no-settings.pickle");
-    let f = std::fs::File::create(&path).unwrap();
-    fragprobe_shared::torch::write_snapshot_pickle(f, &snap).unwrap();
+    let path = fragprobe_tests::made::write(
+        &out_path("no-settings.pickle"),
+        a.segments(0),
+        a.take_events(),
+    );
     let o = fragprobe()
         .args(["import", "-o"])
         .arg(out_path("no-settings.fpt"))
@@ -475,8 +461,7 @@ fn a_snapshot_given_to_report_names_the_commands_that_read_it() {
 /// CUDA PyTorch's own rounding is not mistaken for it.
 #[test]
 fn a_torch_npu_snapshot_is_recognised_by_its_block_sizes() {
-    use fragprobe_shared::torch::snapshot::{FormatInfo, SnapshotLayout};
-    use fragprobe_shared::torch::{Block, BlockState, PoolKind, Segment, Snapshot};
+    use fragprobe_shared::torch::{Block, BlockState, PoolKind, Segment};
     let write = |extra: u64, name: &str| {
         let mut at = 0x12c0_0000_0000u64;
         let mut blocks = Vec::new();
@@ -500,15 +485,9 @@ fn a_torch_npu_snapshot_is_recognised_by_its_block_sizes() {
             state: BlockState::Inactive,
             stack: 0,
         });
-        let snap = Snapshot {
-            format: FormatInfo {
-                layout: SnapshotLayout::Dict,
-                pickle_protocol: 4,
-                has_time_us: false,
-                has_settings: false,
-                legacy_history: false,
-            },
-            segments: vec![Segment {
+        fragprobe_tests::made::write(
+            &out_path(name),
+            vec![Segment {
                 device: 0,
                 address: base,
                 total_size: 2 << 20,
@@ -519,15 +498,8 @@ fn a_torch_npu_snapshot_is_recognised_by_its_block_sizes() {
                 stack: 0,
                 blocks,
             }],
-            traces: vec![Vec::new()],
-            settings: None,
-            stacks: Default::default(),
-            annotations: 0,
-        };
-        let path = out_path(name);
-        let f = std::fs::File::create(&path).unwrap();
-        fragprobe_shared::torch::write_snapshot_pickle(f, &snap).unwrap();
-        path
+            Vec::new(),
+        )
     };
     let run = |path: &std::path::Path| {
         let o = fragprobe()
@@ -567,23 +539,7 @@ fn the_report_of_an_imported_snapshot_has_its_allocator_figures() {
     for _ in 0..4 {
         a.malloc(32 << 20, 0, &mut src).unwrap();
     }
-    use fragprobe_shared::torch::snapshot::{FormatInfo, SnapshotLayout};
-    let s = fragprobe_shared::torch::Snapshot {
-        format: FormatInfo {
-            layout: SnapshotLayout::Dict,
-            pickle_protocol: 4,
-            has_time_us: false,
-            has_settings: false,
-            legacy_history: false,
-        },
-        segments: a.segments(0),
-        traces: vec![Vec::new()],
-        settings: None,
-        stacks: Default::default(),
-        annotations: 0,
-    };
-    fragprobe_shared::torch::write_snapshot_pickle(std::fs::File::create(&snap).unwrap(), &s)
-        .unwrap();
+    fragprobe_tests::made::write(&snap, a.segments(0), Vec::new());
     let trace = out_path("imported.fpt");
     let o = fragprobe()
         .args(["import", "-o"])
