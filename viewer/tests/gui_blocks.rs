@@ -490,10 +490,16 @@ fn a_snapshots_figures_say_reserved_and_allocated_and_free_inside_the_segments()
     h.run_steps(2);
     assert!(run.wait_cursor(WAIT));
     h.run_steps(3);
-    assert_eq!(value_of(&h, "reserved (segments)"), human_bytes(now.reserved));
+    assert_eq!(
+        value_of(&h, "reserved (segments)"),
+        human_bytes(now.reserved)
+    );
     assert_eq!(value_of(&h, "segments"), "3");
     assert_eq!(value_of(&h, "allocated"), human_bytes(now.allocated));
-    assert_eq!(value_of(&h, "largest free block"), human_bytes(now.largest_free));
+    assert_eq!(
+        value_of(&h, "largest free block"),
+        human_bytes(now.largest_free)
+    );
     assert_eq!(value_of(&h, "total free"), human_bytes(now.free));
     assert!(!shown(&h, "live bytes"), "reserved is not called live");
     run.stop();
