@@ -2,7 +2,8 @@
 //! run, the peak reserved bytes, segments made (pages mapped, for expandable segments),
 //! retries and OOMs of the same workload under four other settings (a combination
 //! included) equal what real PyTorch then does under each: three workloads, five settings,
-//! torch 2.9.1 (CUDA 12) and 2.15.0 (CUDA 13). The driver is `tests/torch/predict_vs_real.py`
+//! torch 2.9.1 (CUDA 12) and 2.15.0 (CUDA 13); and `simulate --verify` replays each of those
+//! 15 runs' own snapshots exactly. The driver is `tests/torch/predict_vs_real.py`
 //! (its `--markdown` table is the README's).
 
 use std::path::Path;
@@ -44,6 +45,13 @@ fn predicted_equals_real(version: &str) {
         differ.is_empty(),
         "torch {version}: predicted ≠ real in {} of 15 cells: {differ:#?}",
         differ.len()
+    );
+    // and every run's own snapshot replays exactly through the simulator
+    let inexact: Vec<&Value> = rows.iter().filter(|r| r["verify"][0] != true).collect();
+    assert!(
+        inexact.is_empty(),
+        "torch {version}: simulate --verify not exact on {} of 15 runs' snapshots: {inexact:#?}",
+        inexact.len()
     );
     // the settings really change what the allocator does: not a table of equal numbers
     let peaks: std::collections::BTreeSet<u64> = rows

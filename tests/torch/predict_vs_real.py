@@ -9,7 +9,8 @@ setting; then the workload really runs under each setting, and PyTorch's own cou
 FRAGPROBE is the fragprobe executable, PYTHON one that imports torch. Prints one JSON line
 per (workload, setting): real and predicted peak reserved bytes, segments (cudaMalloc
 segments; for expandable segments, pages mapped: the probe's cuMemMap calls), retries and
-OOMs; with --markdown, a table too. Everything runs on the simulated GPU.
+OOMs, and `simulate --verify` of that run's own snapshot (exact, allocations matched); with
+--markdown, a table too. Everything runs on the simulated GPU.
 """
 import glob
 import json
@@ -61,12 +62,15 @@ def main():
     fp, py = sys.argv[1], sys.argv[2]
     rows = []
     for w in WORKLOADS:
-        base, _, snap = run(fp, py, w, "", True)
+        default = run(fp, py, w, "", True)  # the default run, with its snapshot
+        snap = default[2]
         out = subprocess.run([fp, "simulate", snap, "--json"] + [a for c in CONFS[1:] for a in ("--alloc-conf", c)],
                              capture_output=True, text=True, check=True).stdout
         dev = json.loads(out)["devices"][0]
         for i, conf in enumerate(CONFS):
-            stats, report, _ = run(fp, py, w, conf, False)
+            stats, report, own = default if conf == "" else run(fp, py, w, conf, True)
+            # and the simulator replays this run's own snapshot exactly (simulate --verify)
+            v = json.loads(subprocess.run([fp, "simulate", "--verify", "--json", own], capture_output=True, text=True).stdout)
             p = dev["configurations"][i]
             c = p["counters"]
             expandable = "expandable_segments:True" in conf
@@ -78,16 +82,21 @@ def main():
                 "real": [stats["reserved_bytes.all.peak"], real_segments, stats["num_alloc_retries"], stats["num_ooms"]],
                 "predicted": [p["peak_reserved_bytes"], c["pages_mapped"] if expandable else c["cuda_mallocs"], c["alloc_retries"], c["ooms"]],
             }
+            row["verify"] = [v["exact"], v["alloc_address_matches"], v["alloc_events"], v["segment_map_matches"], v["segment_maps"]]
             rows.append(row)
             print(json.dumps(row), flush=True)
     if "--markdown" in sys.argv:
         mib = lambda b: "%.1f" % (b / 2**20)
-        print("| workload | setting | peak reserved MiB (real / predicted) | segments or maps | retries | OOMs |")
-        print("|---|---|---|---|---|---|")
+        print("| workload | setting | peak reserved MiB | segments (pages mapped) | retries | OOMs | `simulate --verify` of the run's own snapshot |")
+        print("|---|---|---|---|---|---|---|")
         for r in rows:
             a, b = r["real"], r["predicted"]
             cell = lambda x, y, f=str: f(x) if x == y else "**%s / %s**" % (f(x), f(y))
-            print("| %s | `%s` | %s | %s | %s | %s |" % (r["workload"], r["conf"], cell(a[0], b[0], mib), cell(a[1], b[1]), cell(a[2], b[2]), cell(a[3], b[3])))
+            v = r["verify"]
+            verify = "exact, %d/%d allocations" % (v[1], v[2]) + (", %d/%d maps" % (v[3], v[4]) if v[4] else "")
+            if not v[0]:
+                verify = "**not exact**, " + verify[len("exact, "):]
+            print("| %s | `%s` | %s | %s | %s | %s | %s |" % (r["workload"], r["conf"], cell(a[0], b[0], mib), cell(a[1], b[1]), cell(a[2], b[2]), cell(a[3], b[3]), verify))
 
 
 if __name__ == "__main__":
