@@ -695,6 +695,14 @@ pub struct Workload {
 }
 
 impl Workload {
+    /// A new request of `size` bytes on `stream`; returns its id.
+    fn alloc(&mut self, size: u64, stream: u64) -> u32 {
+        let id = self.ids;
+        self.ids += 1;
+        self.requests.push(Request::Alloc { size, stream, id });
+        id
+    }
+
     /// Builds the request stream of one device from its start state and trace.
     pub fn from_trace(start: &[Segment], trace: &[TraceEvent]) -> Workload {
         let mut w = Workload::default();
@@ -703,13 +711,7 @@ impl Workload {
         for s in start {
             for b in &s.blocks {
                 if b.state.is_active() {
-                    let id = w.ids;
-                    w.ids += 1;
-                    w.requests.push(Request::Alloc {
-                        size: b.requested_size,
-                        stream: s.stream,
-                        id,
-                    });
+                    let id = w.alloc(b.requested_size, s.stream);
                     by_addr.insert(b.address, id);
                     if b.state == BlockState::ActivePendingFree {
                         pending_free_at_start.push(id);
@@ -721,33 +723,15 @@ impl Workload {
             w.requests.push(Request::FreeRequested { id });
         }
         w.initial = w.requests.len();
+        // Bytes PyTorch has reserved as the trace goes (for the first OOM's capacity).
         let mut reserved: u64 = start.iter().map(|s| s.total_size).sum();
-        for e in trace {
-            match e.action {
-                Action::SegmentAlloc | Action::SegmentMap => reserved += e.size,
-                Action::SegmentFree | Action::SegmentUnmap => {
-                    reserved = reserved.saturating_sub(e.size)
-                }
-                Action::Oom => {
-                    w.first_oom = Some((0, e.addr, reserved));
-                    break;
-                }
-                _ => {}
-            }
-        }
         let mut i = 0;
         while i < trace.len() {
             let e = &trace[i];
             match e.action {
                 Action::Alloc => {
-                    let id = w.ids;
-                    w.ids += 1;
+                    let id = w.alloc(e.size, e.stream);
                     by_addr.insert(e.addr, id);
-                    w.requests.push(Request::Alloc {
-                        size: e.size,
-                        stream: e.stream,
-                        id,
-                    });
                 }
                 Action::FreeRequested => match by_addr.get(&e.addr) {
                     Some(&id) => w.requests.push(Request::FreeRequested { id }),
@@ -757,6 +741,7 @@ impl Workload {
                     Some(id) => w.requests.push(Request::FreeCompleted { id }),
                     None => w.unmatched_frees += 1,
                 },
+                Action::SegmentAlloc | Action::SegmentMap => reserved += e.size,
                 Action::SegmentFree | Action::SegmentUnmap => {
                     // A run of segment frees not followed by an allocation's segment_alloc
                     // (the retry path) is an empty_cache() call.
@@ -764,6 +749,7 @@ impl Workload {
                     while j < trace.len()
                         && matches!(trace[j].action, Action::SegmentFree | Action::SegmentUnmap)
                     {
+                        reserved = reserved.saturating_sub(trace[j].size);
                         j += 1;
                     }
                     let retry = j < trace.len()
@@ -779,18 +765,10 @@ impl Workload {
                 }
                 Action::Oom => {
                     w.recorded_ooms += 1;
-                    if let Some(first) = &mut w.first_oom {
-                        if w.recorded_ooms == 1 {
-                            first.0 = w.requests.len();
-                        }
+                    if w.first_oom.is_none() {
+                        w.first_oom = Some((w.requests.len(), e.addr, reserved));
                     }
-                    let id = w.ids;
-                    w.ids += 1;
-                    w.requests.push(Request::Alloc {
-                        size: e.size,
-                        stream: e.stream,
-                        id,
-                    });
+                    w.alloc(e.size, e.stream);
                 }
                 _ => {}
             }
