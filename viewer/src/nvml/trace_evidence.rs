@@ -28,6 +28,8 @@ pub struct Replayed {
     failures: Vec<SeenFailure>,
     /// Timestamp of the first record (ns, CLOCK_MONOTONIC).
     pub first_ns: u64,
+    /// The trace itself (its run-info entries name PyTorch's snapshots).
+    pub trace: Trace,
 }
 
 fn trace_error(e: TraceError) -> (u8, String) {
@@ -92,6 +94,7 @@ pub fn replay(path: &Path) -> Result<Replayed, (u8, String)> {
         model,
         failures,
         first_ns: span.first_ns,
+        trace,
     })
 }
 
@@ -253,9 +256,7 @@ pub fn from_trace(path: &Path, gpus: &[u32]) -> Result<Vec<DeviceEvidence>, (u8,
     let pytorch = looks_like_pytorch(m);
     // PyTorch's own snapshots joined with the trace (`run --torch-snapshot`): at an OOM they
     // say how much the caching allocator held unallocated, and what settings it ran with.
-    let joined = Trace::open(path)
-        .map(|t| crate::torchhook::join(&t))
-        .unwrap_or_default();
+    let joined = crate::torchhook::join(&rp.trace);
     let ooms: Vec<&crate::torchhook::JoinedOom> =
         joined.iter().filter_map(|j| j.oom.as_ref()).collect();
     let pytorch_conf = joined.iter().find_map(|j| j.alloc_conf.clone());
