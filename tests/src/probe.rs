@@ -69,6 +69,24 @@ pub fn report_json(trace: &Path) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).expect("report JSON")
 }
 
+/// Runs `cmd`, which must succeed (else the test fails with what it printed).
+pub fn succeed(cmd: &mut Command) -> Output {
+    let o = cmd.output().expect("run the command");
+    assert!(o.status.success(), "{cmd:?}: {}", output_text(&o));
+    o
+}
+
+/// `fragprobe export --format torch-snapshot TRACE -o OUT`, which must succeed.
+pub fn export_torch_snapshot(trace: &Path, out: &Path) {
+    succeed(
+        fragprobe()
+            .args(["export", "--format", "torch-snapshot"])
+            .arg(trace)
+            .arg("-o")
+            .arg(out),
+    );
+}
+
 /// A fresh path for an output file of this test process.
 pub fn out_path(name: &str) -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);

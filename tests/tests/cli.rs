@@ -2,7 +2,9 @@
 //! export/demo, the JSON schema checked field by field against what a scenario printed, and
 //! every kind of bad input with its one-line message and exit code.
 
-use fragprobe_tests::probe::{fragprobe, out_path, record_scenario, report_json};
+use fragprobe_tests::probe::{
+    export_torch_snapshot, fragprobe, out_path, record_scenario, report_json, succeed,
+};
 use fragprobe_tests::sim::build_scenario;
 use serde_json::Value;
 
@@ -320,14 +322,7 @@ fn a_snapshot_of_nothing_imports_and_simulate_says_what_to_record() {
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let pickle = out_path("nothing.pickle");
-    let o = fragprobe()
-        .args(["export", "--format", "torch-snapshot"])
-        .arg(&trace)
-        .arg("-o")
-        .arg(&pickle)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    export_torch_snapshot(&trace, &pickle);
     // `import` shows what the file holds (nothing), with a note, and succeeds.
     for cmd in [&["import"][..], &["import", "--json"]] {
         let o = fragprobe().args(cmd).arg(&pickle).output().unwrap();
@@ -541,13 +536,7 @@ fn the_report_of_an_imported_snapshot_has_its_allocator_figures() {
     }
     fragprobe_tests::made::write(&snap, a.segments(0), Vec::new());
     let trace = out_path("imported.fpt");
-    let o = fragprobe()
-        .args(["import", "-o"])
-        .arg(&trace)
-        .arg(&snap)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = succeed(fragprobe().args(["import", "-o"]).arg(&trace).arg(&snap));
     let summary = String::from_utf8_lossy(&o.stdout).into_owned();
     assert!(summary.contains("largest free block 16.0 MiB"), "{summary}");
     let r = report_json(&trace);

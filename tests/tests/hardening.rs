@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use fragprobe_tests::probe::{fragprobe, out_path, probe_library, record_scenario};
+use fragprobe_tests::probe::{
+    export_torch_snapshot, fragprobe, out_path, probe_library, record_scenario,
+};
 use fragprobe_tests::scratch::Scratch;
 use fragprobe_tests::sim::{build_scenario, sim_env_on};
 
@@ -52,14 +54,7 @@ fn standard_output_that_goes_away_is_never_a_panic() {
     let rec = record_scenario("frag_oom", &[], Some("1x1GiB"), &[]);
     let trace = rec.trace.clone();
     let pickle = out_path("out.pickle");
-    let o = fragprobe()
-        .args(["export", "--format", "torch-snapshot"])
-        .arg(&trace)
-        .arg("-o")
-        .arg(&pickle)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", stderr_of(&o));
+    export_torch_snapshot(&trace, &pickle);
     let t = trace.to_str().unwrap();
     let p = pickle.to_str().unwrap();
     let commands: Vec<Vec<&str>> = vec![

@@ -10,7 +10,9 @@
 use std::path::PathBuf;
 
 use fragprobe_tests::cache;
-use fragprobe_tests::probe::{fragprobe, out_path, report_json, torch_run, TORCH_TEST_ENV};
+use fragprobe_tests::probe::{
+    export_torch_snapshot, fragprobe, out_path, report_json, succeed, torch_run, TORCH_TEST_ENV,
+};
 use serde_json::Value;
 
 fn python() -> Option<PathBuf> {
@@ -195,17 +197,7 @@ fn the_torch_demo_ooms_from_fragmentation_and_fits_with_expandable_segments() {
         .find(|p| p.to_string_lossy().ends_with("-exit.pickle"))
         .unwrap_or_else(|| panic!("no exit snapshot in {}", snaps.display()));
     let imported = dir.join("imported.fpt");
-    let o = fragprobe()
-        .args(["import", "-o"])
-        .arg(&imported)
-        .arg(&exit)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{}",
-        fragprobe_tests::probe::output_text(&o)
-    );
+    succeed(fragprobe().args(["import", "-o"]).arg(&imported).arg(&exit));
     let im = report_json(&imported);
     assert_eq!(im["events"]["anomalies"], 0, "{im}");
     for kind in ["address_reserve", "mem_create", "mem_map"] {
@@ -347,33 +339,17 @@ fn an_exported_trace_opens_in_pytorchs_own_memory_viz() {
     )
     .unwrap();
     let trace = out_path("keep.fpt");
-    let o = fragprobe()
-        .args(["record", "--simulated-gpu=1x8GiB", "-q", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(&py)
-        .arg(&script)
-        .envs(TORCH_TEST_ENV)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{}",
-        fragprobe_tests::probe::output_text(&o)
+    succeed(
+        fragprobe()
+            .args(["record", "--simulated-gpu=1x8GiB", "-q", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&py)
+            .arg(&script)
+            .envs(TORCH_TEST_ENV),
     );
     let pickle = out_path("keep.pickle");
-    let o = fragprobe()
-        .args(["export", "--format", "torch-snapshot"])
-        .arg(&trace)
-        .arg("-o")
-        .arg(&pickle)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{}",
-        fragprobe_tests::probe::output_text(&o)
-    );
+    export_torch_snapshot(&trace, &pickle);
     let viz = |args: &[&str]| {
         let o = std::process::Command::new(&py)
             .args(["-W", "ignore", "-m", "torch.cuda._memory_viz"])
