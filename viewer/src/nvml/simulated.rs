@@ -4,11 +4,6 @@
 
 use std::path::{Path, PathBuf};
 
-/// Where the stand-ins are (see [`crate::install`]).
-pub fn artifact_dir() -> PathBuf {
-    crate::install::artifact_dir()
-}
-
 /// A per-user, per-build directory for the library links, so that a debug and a release
 /// build never swap each other's libraries.
 fn lib_dir_for(artifacts: &Path) -> PathBuf {
@@ -39,7 +34,7 @@ pub fn nvml_lib(spec: &str) -> Result<PathBuf, String> {
     if !spec.is_empty() {
         fragprobe_simgpu::DeviceSpec::parse(spec).map_err(|e| format!("--simulated-gpu: {e}"))?;
     }
-    let artifacts = artifact_dir();
+    let artifacts = crate::install::artifact_dir();
     let lib_dir = lib_dir_for(&artifacts);
     if let Some(per_user) = lib_dir.parent() {
         // The same per-user directory may take the probe's rings, and the probe accepts it

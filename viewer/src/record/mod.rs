@@ -12,7 +12,7 @@ mod sink;
 
 pub use recorder::{PollStats, Recorder, RecorderOptions, TraceOut};
 pub use session::{
-    artifact_dir, default_trace_name, probe_library, session_dir, shell_code, utc_stamp, Session,
-    SessionOptions, SpawnError,
+    default_trace_name, probe_library, session_dir, shell_code, utc_stamp, Session, SessionOptions,
+    SpawnError,
 };
 pub use sink::{ModelSink, CHECKPOINT_EVERY};

@@ -82,17 +82,12 @@ fn install_forwarding() {
     }
 }
 
-/// Where the probe and the simulated GPU's libraries are (see [`crate::install`]).
-pub fn artifact_dir() -> PathBuf {
-    crate::install::artifact_dir()
-}
-
-/// The probe library: `$FRAGPROBE_PROBE_LIB`, else in [`artifact_dir`], else `../lib`.
+/// The probe library: `$FRAGPROBE_PROBE_LIB`, else in [`crate::install::artifact_dir`], else `../lib`.
 pub fn probe_library() -> anyhow::Result<PathBuf> {
     if let Some(p) = std::env::var_os("FRAGPROBE_PROBE_LIB") {
         return Ok(PathBuf::from(p));
     }
-    let dir = artifact_dir();
+    let dir = crate::install::artifact_dir();
     for cand in [
         dir.join(crate::install::PROBE_LIB),
         dir.join("../lib").join(crate::install::PROBE_LIB),
@@ -271,9 +266,11 @@ impl Session {
         }
         let mut sim_lib = None;
         if let Some(spec) = &opts.simulated_gpu {
-            let lib_dir =
-                fragprobe_simgpu::prepare_lib_dir(&artifact_dir(), &dir.join("simgpu-lib"))
-                    .context("preparing the simulated GPU's libraries")?;
+            let lib_dir = fragprobe_simgpu::prepare_lib_dir(
+                &crate::install::artifact_dir(),
+                &dir.join("simgpu-lib"),
+            )
+            .context("preparing the simulated GPU's libraries")?;
             for (k, v) in fragprobe_simgpu::sim_env(spec.as_deref(), &lib_dir) {
                 cmd.env(k, v);
             }
