@@ -296,10 +296,12 @@ fn oom_of(snap: &fragprobe_shared::torch::Snapshot) -> Option<JoinedOom> {
         cached_free: o.cached_free,
         largest_free_block: o.largest_free,
         verdict: o.verdict.name().to_string(),
-        expandable_segments: snap.settings.as_ref().map_or_else(
-            || segments.iter().any(|s| s.is_expandable),
-            |s| s.expandable_segments,
-        ),
+        // recorded, else inferred from the file, as the simulator does
+        expandable_segments: fragprobe_shared::torch::sim::Config::of_snapshot(
+            snap,
+            fragprobe_shared::torch::sim::Version::DEFAULT,
+        )
+        .is_ok_and(|c| c.expandable_segments),
     })
 }
 
