@@ -58,13 +58,7 @@ pub fn to_records(snap: &Snapshot) -> Vec<Record> {
             .iter()
             .find_map(|e| e.time_us)
             .map_or(0, |t| (t.max(0) as u64) * 1000);
-        let known: Vec<(u64, u64, PoolKind)> = finals
-            .iter()
-            .chain(&start.segments)
-            .filter(|s| s.is_expandable)
-            .map(|s| (s.address, s.stream, s.pool))
-            .collect();
-        let mut res = Reservations::of(device, &start.segments, trace, &known);
+        let mut res = Reservations::of(device, &finals, &start.segments, trace);
         for s in &start.segments {
             if s.is_expandable {
                 let pool = res.pool(s.address, s.stream);
@@ -169,15 +163,16 @@ struct Reservations {
 }
 
 impl Reservations {
-    fn of(
-        device: i32,
-        start: &[Segment],
-        trace: &[TraceEvent],
-        known: &[(u64, u64, PoolKind)],
-    ) -> Self {
+    /// From the final segments, the reconstructed start segments and the trace.
+    fn of(device: i32, finals: &[Segment], start: &[Segment], trace: &[TraceEvent]) -> Self {
         let mut r = Reservations {
             device,
-            known: known.to_vec(),
+            known: finals
+                .iter()
+                .chain(start)
+                .filter(|s| s.is_expandable)
+                .map(|s| (s.address, s.stream, s.pool))
+                .collect(),
             spans: BTreeMap::new(),
         };
         let ranges = start
